@@ -1,0 +1,1 @@
+"""flatc-generated reader for ExecuTorch's program.fbs (see regenerate.py)."""
