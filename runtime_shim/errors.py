@@ -14,8 +14,12 @@ class CapacityError(ValueError):
 
 
 class BackendError(RuntimeError):
-    """A delegate's backend is not registered, or failed to initialize."""
+    """No runtime backend is registered for a delegate's id."""
 
 
 class ExecutionError(RuntimeError):
     """An instruction of an execution plan failed while running."""
+
+
+class OperatorError(RuntimeError):
+    """A KernelCall names an operator this runtime cannot run."""

@@ -1,0 +1,90 @@
+"""The etmlx backend at run time: an interpreter of the IR that builds one lazy MLX
+graph per call and evaluates it once, at the delegate's boundary."""
+
+import mlx.core as mx
+import numpy as np
+
+from etmlx.serializer import deserialize
+from etmlx.serializer.ir import OP_NAMES
+
+from .backends import register_backend
+from .errors import ExecutionError
+from .mlx_ops import HANDLERS
+from .mlx_ops.env import MX_DTYPES, NUMPY_STORAGE, Env
+
+BACKEND_ID = "EtMlxBackend"
+_ValueKindInt = 1
+
+
+class MlxDelegate:
+    """One loaded delegate. Constants are turned into mx arrays once, at load; mutable
+    buffers live here, so each loaded program has its own state."""
+
+    def __init__(self, processed: bytes, named_data):
+        graph = deserialize(processed)
+        self._graph = graph
+        self._constants = [(c.slot, _named_array(c, named_data)) for c in graph.constants or []]
+        self._buffers = [_named_array(b.init, named_data) for b in graph.buffers or []]
+        self._buffer_slots = [b.init.slot for b in graph.buffers or []]
+        self._buffer_updates = [(i, b.update) for i, b in enumerate(graph.buffers or []) if b.hasUpdate]
+        self._steps = [_step(node) for node in graph.nodes or []]
+        self.num_inputs = len(graph.inputs or [])
+        self.num_outputs = len(graph.outputs or [])
+
+    def run(self, inputs: list) -> list:
+        """Runs the graph on mx arrays (and ints for size inputs); returns evaluated outputs."""
+        graph = self._graph
+        env = Env(graph.numTensorSlots, graph.numIntSlots)
+        for value, arg in zip(graph.inputs, inputs):
+            if value.kind == _ValueKindInt:
+                env.ints[value.slot] = int(arg)
+            else:
+                env.tensors[value.slot] = arg
+        for slot, array in self._constants:
+            env.tensors[slot] = array
+        for slot, array in zip(self._buffer_slots, self._buffers):
+            env.tensors[slot] = array
+        for handler, op, out, is_int in self._steps:
+            if is_int:
+                env.ints[out] = handler(op, env)
+            else:
+                env.tensors[out] = handler(op, env)
+        outputs = [env.ints[v.slot] if v.kind == _ValueKindInt else env.tensors[v.slot] for v in graph.outputs]
+        updates = [env.tensors[slot] for _, slot in self._buffer_updates]
+        mx.eval([o for o in outputs if isinstance(o, mx.array)] + updates)
+        for (index, _), value in zip(self._buffer_updates, updates):
+            self._buffers[index] = value
+        return outputs
+
+    def execute(self, args: list) -> None:
+        """ExecuTorch's calling convention: inputs, then outputs to write in place."""
+        inputs = [arg.to_mx() if hasattr(arg, "to_mx") else arg for arg in args[: self.num_inputs]]
+        try:
+            outputs = self.run(inputs)
+        except (ValueError, RuntimeError) as error:
+            raise ExecutionError(f"MLX delegate failed: {error}") from error
+        for target, value in zip(args[self.num_inputs :], outputs):
+            target.set_mx(value)
+
+
+def _step(node):
+    name = OP_NAMES[node.opType]
+    op = node.op
+    if hasattr(op, "outInt") and op.outInt is not None:
+        return HANDLERS[name], op, op.outInt.value, True
+    return HANDLERS[name], op, op.out.idx, False
+
+
+def _named_array(named, named_data) -> mx.array:
+    """An mx array of a NamedTensor's bytes (bfloat16 through their 16-bit pattern)."""
+    data = np.frombuffer(named_data.get(named.key), dtype=NUMPY_STORAGE[named.dtype])
+    array = mx.array(data.reshape(list(named.shape or [])))
+    dtype = MX_DTYPES[named.dtype]
+    return array.view(dtype) if array.dtype != dtype else array
+
+
+def _factory(processed: bytes, compile_specs, named_data) -> MlxDelegate:
+    return MlxDelegate(processed, named_data)
+
+
+register_backend(BACKEND_ID, _factory)

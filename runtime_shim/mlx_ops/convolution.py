@@ -1,0 +1,75 @@
+"""Convolution and pooling on channels-last arrays (N, *spatial, C)."""
+
+import math
+
+import mlx.core as mx
+
+from etmlx.serializer.generated.etmlx_ir.PoolOp import PoolOp
+
+
+def _conv(op, env):
+    return mx.conv_general(
+        env.t(op.x),
+        env.t(op.weight),
+        stride=list(op.stride),
+        padding=list(op.padding),
+        kernel_dilation=list(op.dilation),
+        groups=op.groups,
+    )
+
+
+def _output_size(length: int, kernel: int, stride: int, pad: int, ceil_mode: bool) -> int:
+    """PyTorch's pooling output size, including its ceil_mode rule that the last
+    window must start inside the input or the left padding."""
+    span = length + 2 * pad - kernel
+    out = (-(-span // stride) if ceil_mode else span // stride) + 1
+    if ceil_mode and (out - 1) * stride >= length + pad:
+        out -= 1
+    return out
+
+
+def _windows(x: mx.array, kernel, stride, outputs) -> mx.array:
+    """(N, *outputs, *kernel, C) view of the windows of a contiguous array."""
+    x = mx.contiguous(x)
+    shape = x.shape
+    strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
+    spatial = range(1, len(shape) - 1)
+    window_shape = [shape[0], *outputs, *kernel, shape[-1]]
+    window_strides = [strides[0], *(strides[i] * s for i, s in zip(spatial, stride)), *(strides[i] for i in spatial), 1]
+    return mx.as_strided(x, window_shape, window_strides)
+
+
+def _pool(op, env):
+    x = env.t(op.x)
+    kernel, stride, padding = list(op.kernel), list(op.stride), list(op.padding)
+    lengths = x.shape[1:-1]
+    outputs = [_output_size(n, k, s, p, op.ceilMode) for n, k, s, p in zip(lengths, kernel, stride, padding)]
+    # Right padding past PyTorch's own, so the last ceil_mode window fits.
+    extra = [max(0, (o - 1) * s + k - (n + 2 * p)) for o, s, k, n, p in zip(outputs, stride, kernel, lengths, padding)]
+    pads = [(0, 0)] + [(p, p + e) for p, e in zip(padding, extra)] + [(0, 0)]
+    axes = tuple(range(1 + len(kernel), 1 + 2 * len(kernel)))
+    if op.op == PoolOp.Max:
+        low = mx.finfo(x.dtype).min if mx.issubdtype(x.dtype, mx.floating) else mx.iinfo(x.dtype).min
+        padded = mx.pad(x, pads, constant_values=low)
+        return mx.max(_windows(padded, kernel, stride, outputs), axis=axes)
+    wide = x.astype(mx.float32) if x.dtype in (mx.float16, mx.bfloat16) else x  # PyTorch accumulates in float32
+    total = mx.sum(_windows(mx.pad(wide, pads), kernel, stride, outputs), axis=axes)
+    if op.divisorOverride:
+        return (total / op.divisorOverride).astype(x.dtype)
+    return (total / _divisor(op, lengths, kernel, stride, padding, extra, outputs)).astype(x.dtype)
+
+
+def _divisor(op, lengths, kernel, stride, padding, extra, outputs) -> mx.array:
+    """How many elements each average window divides by, PyTorch's way: the window
+    clipped to the padded input (count_include_pad) or to the real input."""
+    ones = mx.ones((1, *lengths, 1), dtype=mx.float32)
+    if op.countIncludePad:
+        counted = mx.pad(ones, [(0, 0)] + [(p, p) for p in padding] + [(0, 0)], constant_values=1)
+        counted = mx.pad(counted, [(0, 0)] + [(0, e) for e in extra] + [(0, 0)])
+    else:
+        counted = mx.pad(ones, [(0, 0)] + [(p, p + e) for p, e in zip(padding, extra)] + [(0, 0)])
+    axes = tuple(range(1 + len(kernel), 1 + 2 * len(kernel)))
+    return mx.sum(_windows(counted, kernel, stride, outputs), axis=axes)
+
+
+HANDLERS = {"Conv": _conv, "Pool": _pool}

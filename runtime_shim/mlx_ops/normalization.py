@@ -1,0 +1,20 @@
+import mlx.core as mx
+
+
+def _layer_norm(op, env):
+    weight = env.t(op.weight) if op.hasWeight else None
+    bias = env.t(op.bias) if op.hasBias else None
+    return mx.fast.layer_norm(env.t(op.x), weight, bias, op.eps)
+
+
+def _log_softmax(op, env):
+    x = env.t(op.x)
+    wide = x.astype(mx.float32)  # PyTorch accumulates half-precision log-softmax in float32
+    return (wide - mx.logsumexp(wide, axis=op.axis, keepdims=True)).astype(x.dtype)
+
+
+HANDLERS = {
+    "Softmax": lambda op, env: mx.softmax(env.t(op.x), axis=op.axis, precise=True),
+    "LogSoftmax": _log_softmax,
+    "LayerNorm": _layer_norm,
+}

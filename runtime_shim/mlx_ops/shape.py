@@ -1,0 +1,19 @@
+import mlx.core as mx
+
+
+def _slice(op, env):
+    x = env.t(op.x)
+    index = [slice(None)] * op.axis + [slice(env.size(op.start), env.size(op.stop), op.step)]
+    return x[tuple(index)]
+
+
+HANDLERS = {
+    "Reshape": lambda op, env: mx.reshape(env.t(op.x), env.sizes(op.shape)),
+    "Transpose": lambda op, env: mx.transpose(env.t(op.x), list(op.perm)),
+    "ExpandDims": lambda op, env: mx.expand_dims(env.t(op.x), list(op.axes)),
+    "Squeeze": lambda op, env: mx.squeeze(env.t(op.x), list(op.axes)),
+    "BroadcastTo": lambda op, env: mx.broadcast_to(env.t(op.x), env.sizes(op.shape)),
+    "Slice": _slice,
+    "Concatenate": lambda op, env: mx.concatenate([env.t(x) for x in op.xs], axis=op.axis),
+    "Take": lambda op, env: mx.take(env.t(op.x), env.t(op.indices), axis=op.axis),
+}

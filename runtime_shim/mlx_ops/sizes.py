@@ -1,0 +1,14 @@
+from etmlx.serializer.generated.etmlx_ir.IntBinaryOp import IntBinaryOp
+
+INT_BINARY = {
+    IntBinaryOp.Add: lambda a, b: a + b,
+    IntBinaryOp.Sub: lambda a, b: a - b,
+    IntBinaryOp.Mul: lambda a, b: a * b,
+    IntBinaryOp.FloorDivide: lambda a, b: a // b,
+    IntBinaryOp.Mod: lambda a, b: a % b,
+}
+
+HANDLERS = {
+    "SymSize": lambda op, env: env.t(op.x).shape[op.axis],
+    "IntBinary": lambda op, env: INT_BINARY[op.op](env.size(op.a), env.size(op.b)),
+}

@@ -1,0 +1,69 @@
+"""Load a ``.pte`` and run its methods: the runtime shim's entry point."""
+
+from collections.abc import Sequence
+
+from . import method_io
+from .backends import create_handle
+from .plan import MethodRunner
+from .pte_file import PteFile, read_pte
+from .tensor_value import TensorValue
+
+
+class LoadedProgram:
+    """A program ready to run; every method is also an attribute: ``prog.forward(x)``.
+
+    Loading allocates each method's planned memory and initializes its delegates,
+    so state (mutable buffers, delegate caches) lives as long as this object.
+    """
+
+    def __init__(self, pte: PteFile):
+        self.pte = pte
+        self._methods: dict[str, MethodRunner] = {}
+        for plan in pte.program.plans:
+            handles = [
+                create_handle(d.id, pte.delegate_data(d), d.compile_specs, pte.named_data) for d in plan.delegates
+            ]
+            self._methods[plan.name] = MethodRunner(plan, pte, handles)
+
+    @property
+    def method_names(self) -> list[str]:
+        return list(self._methods)
+
+    def run_method(self, name: str, inputs: Sequence) -> list:
+        """Run method ``name``; returns its outputs as a list of copies.
+
+        Tensor outputs come back as the kind (torch, numpy, mlx) of the first tensor
+        input. Raises InputError when inputs do not match the plan.
+        """
+        try:
+            runner = self._methods[name]
+        except KeyError:
+            raise AttributeError(f"program has no method {name!r} (methods: {', '.join(self._methods)})") from None
+        values, plan = runner.values, runner.plan
+        arrays = method_io.check_inputs(name, [values[i] for i in plan.inputs], inputs)
+        for index, array in zip(plan.inputs, arrays):
+            if isinstance(values[index], TensorValue):
+                values[index].set(array)
+            else:
+                values[index] = array
+        runner.execute()
+        kind = method_io.output_kind(inputs)
+        return [method_io.convert_output(values[i], kind) for i in plan.outputs]
+
+    def __getattr__(self, name: str):
+        methods = self.__dict__.get("_methods", {})
+        if name not in methods:
+            raise AttributeError(f"program has no method or attribute {name!r} (methods: {', '.join(methods)})")
+
+        def method(*inputs):
+            outputs = self.run_method(name, inputs)
+            return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+        method.__name__ = name
+        return method
+
+
+def load(path_or_bytes) -> LoadedProgram:
+    """Load a ``.pte`` from a path or bytes. Raises PteFormatError when malformed,
+    BackendError when a delegate's backend is not registered."""
+    return LoadedProgram(read_pte(path_or_bytes))
