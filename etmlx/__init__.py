@@ -1,0 +1,22 @@
+"""etmlx: export PyTorch models to ExecuTorch .pte files that run on Apple MLX.
+
+``etmlx.load`` and the runtime need only mlx, flatbuffers and numpy; ``etmlx.export``
+imports torch and executorch when it is called.
+"""
+
+from .errors import EtMlxError, ExportError
+
+
+def export(module, example_inputs, path, dynamic_shapes=None):
+    from .exporter import export as _export
+
+    return _export(module, example_inputs, path, dynamic_shapes=dynamic_shapes)
+
+
+def load(path_or_bytes):
+    from .runtime_shim import load as _load
+
+    return _load(path_or_bytes)
+
+
+__all__ = ["EtMlxError", "ExportError", "export", "load"]

@@ -1,0 +1,144 @@
+"""State of one delegate's lowering: slots, constants, buffers and emitted nodes."""
+
+import hashlib
+from typing import Optional, Sequence
+
+import torch
+from torch import fx
+
+from etmlx.serializer.generated.etmlx_ir import Graph, MutableBuffer, NamedTensor, Node, Op, Value
+from etmlx.serializer.generated.etmlx_ir.ValueKind import ValueKind
+from etmlx.serializer.ir import IntOrSlotT, TidT, int_or_slot, tid
+
+from .dtypes import ir_dtype, tensor_bytes
+
+CONSTANT_KEY_PREFIX = "etmlx."
+
+
+def constant_key(data: bytes) -> str:
+    """Content-addressed key: identical weights share one entry across partitions and
+    methods, and two different tensors can never collide on a generated name."""
+    return CONSTANT_KEY_PREFIX + hashlib.sha256(data).hexdigest()[:32]
+
+
+class LoweringContext:
+    """Builds a ``GraphT`` while rules lower fx nodes in order.
+
+    ``constant_values`` holds the export-time value of every constant node, so rules
+    can prepare weights for MLX once (transpose, fold) instead of on every call.
+    """
+
+    def __init__(self, named_data_store):
+        self.graph = Graph.GraphT()
+        self.graph.inputs, self.graph.outputs = [], []
+        self.graph.constants, self.graph.buffers, self.graph.nodes = [], [], []
+        self._store = named_data_store
+        self._tensors: dict = {}  # fx node (or (node, index)) -> TidT
+        self._ints: dict = {}  # fx node -> IntOrSlotT
+        self.constant_values: dict = {}  # fx node -> torch.Tensor
+        self._buffers: dict = {}  # buffer placeholder -> MutableBufferT
+
+    # ------------------------------------------------------------ slots
+    def new_tensor(self) -> TidT:
+        self.graph.numTensorSlots += 1
+        return tid(self.graph.numTensorSlots - 1)
+
+    def new_int(self) -> IntOrSlotT:
+        self.graph.numIntSlots += 1
+        return int_or_slot(self.graph.numIntSlots - 1, is_slot=True)
+
+    def bind(self, node: fx.Node, ref: TidT, index: Optional[int] = None) -> None:
+        """Records that ``node`` (output ``index`` of a multi-output node) lives in ``ref``."""
+        self._tensors[node if index is None else (node, index)] = ref
+
+    def bind_int(self, node: fx.Node, ref: IntOrSlotT) -> None:
+        self._ints[node] = ref
+
+    def tensor(self, node: fx.Node) -> TidT:
+        """The slot holding ``node``'s value; a constant is stored on first use."""
+        if node not in self._tensors and node in self.constant_values:
+            self._tensors[node] = self.add_constant(self.constant_values[node])
+        try:
+            return self._tensors[node]
+        except KeyError:
+            raise RuntimeError(f"etmlx lowering: {node.format_node()} has no value yet") from None
+
+    def item(self, node: fx.Node, index: int) -> TidT:
+        return self._tensors[(node, index)]
+
+    def size(self, value) -> IntOrSlotT:
+        """A literal size, or the int slot of a SymInt-producing node."""
+        if isinstance(value, fx.Node):
+            return self._ints[value]
+        return int_or_slot(int(value))
+
+    def sizes(self, values: Sequence) -> list:
+        return [self.size(v) for v in values]
+
+    def is_constant(self, node) -> bool:
+        return isinstance(node, fx.Node) and node in self.constant_values
+
+    # ------------------------------------------------------------ graph parts
+    def emit(self, table, **fields) -> TidT:
+        """Appends a node of ``table`` (a generated module, e.g. ``Binary``) and returns the
+        slot it writes: a fresh ``out`` tensor slot, or the ``outInt`` passed in."""
+        name = table.__name__.rsplit(".", 1)[-1]
+        op = getattr(table, name + "T")()
+        if "outInt" not in fields:
+            fields.setdefault("out", self.new_tensor())
+        for key, value in fields.items():
+            if not hasattr(op, key):
+                raise TypeError(f"{name} has no field {key}")
+            setattr(op, key, value)
+        node = Node.NodeT()
+        node.opType, node.op = getattr(Op.Op, name), op
+        self.graph.nodes.append(node)
+        return fields["outInt"] if "outInt" in fields else fields["out"]
+
+    def add_input(self, node: fx.Node) -> None:
+        if isinstance(node.meta.get("val"), torch.SymInt):
+            ref = self.new_int()
+            self.bind_int(node, ref)
+            self.graph.inputs.append(_value(ValueKind.Int, ref.value))
+        else:
+            ref = self.new_tensor()
+            self.bind(node, ref)
+            self.graph.inputs.append(_value(ValueKind.Tensor, ref.idx))
+
+    def add_output(self, node: fx.Node) -> None:
+        if node in self._ints:
+            self.graph.outputs.append(_value(ValueKind.Int, self._ints[node].value))
+        else:
+            self.graph.outputs.append(_value(ValueKind.Tensor, self.tensor(node).idx))
+
+    def add_constant(self, value: torch.Tensor) -> TidT:
+        ref = self.new_tensor()
+        self.graph.constants.append(self._named_tensor(ref, value))
+        return ref
+
+    def add_buffer(self, node: fx.Node, initial: torch.Tensor) -> None:
+        ref = self.new_tensor()
+        buffer = MutableBuffer.MutableBufferT()
+        buffer.init = self._named_tensor(ref, initial)
+        self.graph.buffers.append(buffer)
+        self._buffers[node] = buffer
+        self.bind(node, ref)
+
+    def update_buffer(self, buffer_node: fx.Node, value_node: fx.Node) -> None:
+        buffer = self._buffers[buffer_node]
+        buffer.update, buffer.hasUpdate = self.tensor(value_node).idx, True
+
+    def _named_tensor(self, ref: TidT, value: torch.Tensor):
+        data = tensor_bytes(value)
+        key = constant_key(data)
+        self._store.add_named_data(key, data)
+        named = NamedTensor.NamedTensorT()
+        named.slot, named.key = ref.idx, key
+        named.dtype, named.shape = ir_dtype(value.dtype), list(value.shape)
+        return named
+
+
+def _value(kind: int, slot: int):
+    value = Value.ValueT()
+    value.kind, value.slot = kind, slot
+    return value

@@ -1,0 +1,37 @@
+"""The dtypes MLX computes exactly as PyTorch does, and their IR and byte forms."""
+
+import torch
+
+from etmlx.serializer.generated.etmlx_ir.DType import DType
+
+TORCH_TO_IR = {
+    torch.bool: DType.Bool,
+    torch.uint8: DType.UInt8,
+    torch.int8: DType.Int8,
+    torch.int16: DType.Int16,
+    torch.int32: DType.Int32,
+    torch.int64: DType.Int64,
+    torch.float16: DType.Float16,
+    torch.bfloat16: DType.BFloat16,
+    torch.float32: DType.Float32,
+}
+
+FLOATING = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def ir_dtype(dtype: torch.dtype) -> int:
+    return TORCH_TO_IR[dtype]
+
+
+def unsupported_dtype_reason(dtype: torch.dtype):
+    if dtype in TORCH_TO_IR:
+        return None
+    return f"dtype {str(dtype).replace('torch.', '')} is not computed by MLX here"
+
+
+def tensor_bytes(tensor: torch.Tensor) -> bytes:
+    """Row-major bytes of ``tensor`` (bfloat16 through its 16-bit pattern)."""
+    tensor = tensor.detach().contiguous().cpu()
+    if tensor.dtype == torch.bfloat16:
+        tensor = tensor.view(torch.uint16)
+    return tensor.numpy().tobytes()

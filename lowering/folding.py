@@ -1,0 +1,39 @@
+"""Export-time evaluation of layout ops on constants.
+
+A linear layer reaches the edge graph as ``addmm(bias, x, permute_copy(W))``;
+evaluating the permute here stores W already transposed, so MLX never transposes
+a weight at run time. Only ops that move or relabel data are folded: folding an
+``expand`` or an arithmetic op could grow the file or change rounding.
+"""
+
+import torch
+from torch import fx
+
+from .context import LoweringContext
+from .registry import op_name
+
+FOLDABLE = {
+    "aten::permute_copy",
+    "aten::t_copy",
+    "aten::transpose_copy.int",
+    "aten::view_copy",
+    "aten::squeeze_copy.dims",
+    "aten::squeeze_copy.dim",
+    "aten::unsqueeze_copy",
+    "aten::clone",
+    "dim_order_ops::_clone_dim_order",
+}
+
+
+def fold_constant(ctx: LoweringContext, node: fx.Node) -> bool:
+    """Evaluates ``node`` at export when it is a layout op on a constant."""
+    if op_name(node.target) not in FOLDABLE:
+        return False
+    inputs = node.all_input_nodes
+    if not inputs or not all(ctx.is_constant(arg) for arg in inputs):
+        return False
+    args = fx.node.map_arg(node.args, lambda arg: ctx.constant_values[arg])
+    kwargs = fx.node.map_arg(node.kwargs, lambda arg: ctx.constant_values[arg])
+    with torch.no_grad():
+        ctx.constant_values[node] = node.target(*args, **kwargs).contiguous()
+    return True

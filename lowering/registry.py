@@ -1,0 +1,109 @@
+"""Lowering rules: for each operator, a ``check`` and a ``lower`` side by side.
+
+The partitioner claims a node only if ``check_node`` returns ``None``; preprocess
+then calls the rule's ``lower``, which may assume everything ``check`` verified.
+One function decides support, so the partitioner and lowering cannot disagree.
+"""
+
+import operator
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+from torch import fx
+
+from .dtypes import unsupported_dtype_reason
+
+Check = Callable[[fx.Node], Optional[str]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    check: Check
+    lower: Callable  # (LoweringContext, fx.Node) -> None
+
+
+RULES: dict = {}
+
+
+def accept(node: fx.Node) -> Optional[str]:
+    return None
+
+
+def lowers(*names: str, check: Check = accept):
+    """Registers the decorated ``lower(ctx, node)`` for operators ``names``."""
+
+    def register(lower):
+        for name in names:
+            if name in RULES:
+                raise RuntimeError(f"two lowering rules for {name}")
+            RULES[name] = Rule(check, lower)
+        return lower
+
+    return register
+
+
+def op_name(target) -> str:
+    """``aten::add.Tensor`` for ATen/edge operators, ``_operator.mul`` for Python ones."""
+    if hasattr(target, "name") and callable(target.name):
+        return target.name()
+    return f"{getattr(target, '__module__', '')}.{getattr(target, '__name__', target)}"
+
+
+def values_of(node: fx.Node):
+    """The example values (fake tensors, SymInts) a node produces."""
+    value = node.meta.get("val")
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def check_node(node: fx.Node) -> Optional[str]:
+    """``None`` when MLX can compute ``node`` exactly; otherwise why not."""
+    name = op_name(node.target)
+    rule = RULES.get(name)
+    if rule is None:
+        return f"no MLX lowering for {name}"
+    tensors = [a for a in node.all_input_nodes] + [node]
+    for source in tensors:
+        for value in values_of(source):
+            if isinstance(value, torch.Tensor):
+                reason = unsupported_dtype_reason(value.dtype)
+                if reason:
+                    return reason
+    return rule.check(node)
+
+
+CONSTANT = "etmlx_constant"
+
+
+def mark_constants(program) -> None:
+    """Flags the placeholders whose values are fixed at export (weights, frozen buffers,
+    lifted constants), so checks can tell a constant operand from a run-time input."""
+    signature = program.graph_signature
+    mutated = set(signature.buffers_to_mutate.values())
+    fixed = {
+        name
+        for name, target in {
+            **signature.inputs_to_parameters,
+            **signature.inputs_to_buffers,
+            **signature.inputs_to_lifted_tensor_constants,
+        }.items()
+        if target not in mutated
+    }
+    for node in program.graph.nodes:
+        if node.op == "placeholder":
+            node.meta[CONSTANT] = node.name in fixed
+
+
+def is_constant(node) -> bool:
+    return isinstance(node, fx.Node) and node.meta.get(CONSTANT, False)
+
+
+def rule_for(node: fx.Node) -> Rule:
+    return RULES[op_name(node.target)]
+
+
+def getitem_source(node: fx.Node):
+    """The multi-output node a ``getitem`` reads, or None for other nodes."""
+    if node.op == "call_function" and node.target is operator.getitem:
+        return node.args[0]
+    return None

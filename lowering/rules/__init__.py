@@ -1,0 +1,12 @@
+"""Lowering rules, one module per op family. Importing this package registers them."""
+
+from . import (  # noqa: F401
+    convolution,
+    creation,
+    elementwise,
+    matmul,
+    normalization,
+    reduction,
+    shape,
+    sizes,
+)

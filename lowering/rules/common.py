@@ -1,0 +1,58 @@
+"""Helpers that several rule families share."""
+
+import operator
+
+import torch
+from torch import fx
+
+from etmlx.serializer.generated.etmlx_ir import AsType, Scalar
+
+from ..dtypes import ir_dtype
+
+
+def out_dtype(node: fx.Node, index: int = 0) -> torch.dtype:
+    value = node.meta["val"]
+    return (value[index] if isinstance(value, (tuple, list)) else value).dtype
+
+
+def dtype_of(arg) -> torch.dtype:
+    return arg.meta["val"].dtype
+
+
+def shape_of(arg) -> tuple:
+    return tuple(arg.meta["val"].shape)
+
+
+def rank_of(arg) -> int:
+    return arg.meta["val"].dim()
+
+
+def is_static(sizes) -> bool:
+    return all(isinstance(size, int) for size in sizes)
+
+
+def as_dtype(ctx, arg, dtype: torch.dtype):
+    """``arg``'s slot in ``dtype``: a constant is converted at export, a Python
+    scalar becomes a 0-d constant, and anything else gets an ``AsType`` node."""
+    if not isinstance(arg, fx.Node):
+        return ctx.emit(Scalar, value=float(arg), dtype=ir_dtype(dtype))
+    if ctx.is_constant(arg):
+        value = ctx.constant_values[arg]
+        if value.dtype == dtype:
+            return ctx.tensor(arg)
+        return ctx.add_constant(value.to(dtype))
+    if dtype_of(arg) == dtype:
+        return ctx.tensor(arg)
+    return ctx.emit(AsType, x=ctx.tensor(arg), dtype=ir_dtype(dtype))
+
+
+def normalize_axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def users_use_only_output(node: fx.Node, index: int = 0):
+    """For multi-output ops etmlx lowers one result of: why not, or None."""
+    for user in node.users:
+        if user.target is not operator.getitem or user.args[1] != index:
+            return f"a result other than output {index} is used; etmlx computes only that one"
+    return None

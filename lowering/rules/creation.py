@@ -1,0 +1,45 @@
+"""Tensors created in the graph: fills, ranges, 0-d scalars."""
+
+from etmlx.serializer.generated.etmlx_ir import Arange, Full
+
+from ..dtypes import ir_dtype
+from ..registry import lowers
+from .common import is_static, out_dtype, shape_of
+
+
+@lowers("aten::full")
+def _lower_full(ctx, node):
+    sizes, value = node.args[:2]
+    ctx.bind(node, ctx.emit(Full, shape=ctx.sizes(sizes), value=float(value), dtype=ir_dtype(out_dtype(node))))
+
+
+@lowers("aten::scalar_tensor")
+def _lower_scalar_tensor(ctx, node):
+    ctx.bind(node, ctx.emit(Full, shape=[], value=float(node.args[0]), dtype=ir_dtype(out_dtype(node))))
+
+
+def _check_full_like(node):
+    return None if is_static(shape_of(node.args[0])) else "full_like of a dynamic shape"
+
+
+@lowers("aten::full_like", check=_check_full_like)
+def _lower_full_like(ctx, node):
+    x, value = node.args[:2]
+    shape = shape_of(x)
+    ctx.bind(node, ctx.emit(Full, shape=ctx.sizes(list(shape)), value=float(value), dtype=ir_dtype(out_dtype(node))))
+
+
+def _check_arange(node):
+    start, end = node.args[:2]
+    step = node.args[2] if len(node.args) > 2 else 1
+    if not isinstance(step, int) or any(isinstance(v, float) for v in (start, end)):
+        return "arange with a dynamic step or non-integer bounds"
+    return None
+
+
+@lowers("aten::arange.start_step", check=_check_arange)
+def _lower_arange(ctx, node):
+    start, end = node.args[:2]
+    step = node.args[2] if len(node.args) > 2 else 1
+    out = ctx.emit(Arange, start=ctx.size(start), stop=ctx.size(end), step=step, dtype=ir_dtype(out_dtype(node)))
+    ctx.bind(node, out)

@@ -1,0 +1,184 @@
+"""Elementwise arithmetic, comparison, logic and activations.
+
+Operands are converted to the dtype PyTorch computes in (``torch.result_type`` of
+the example values) before the MLX op runs, because MLX promotes differently
+(e.g. float16 tensor + float32 0-d tensor is float32 in MLX, float16 in PyTorch).
+"""
+
+import torch
+from torch import fx
+
+from etmlx.serializer.generated.etmlx_ir import Binary, Unary, Where
+from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
+from etmlx.serializer.generated.etmlx_ir.UnaryOp import UnaryOp
+
+from ..registry import lowers
+from .common import as_dtype, out_dtype
+
+
+def _example(arg):
+    return arg.meta["val"] if isinstance(arg, fx.Node) else arg
+
+
+def _compute_dtype(node: fx.Node, a, b) -> torch.dtype:
+    result = out_dtype(node)
+    if result == torch.bool:  # comparisons and logic: compare in the promoted type
+        return torch.result_type(_example(a), _example(b))
+    return result
+
+
+def _binary(ctx, node, op, a, b):
+    dtype = _compute_dtype(node, a, b)
+    out = ctx.emit(Binary, op=op, a=as_dtype(ctx, a, dtype), b=as_dtype(ctx, b, dtype))
+    return out
+
+
+ARITHMETIC = {
+    "aten::mul.Tensor": BinaryOp.Mul,
+    "aten::mul.Scalar": BinaryOp.Mul,
+    "aten::div.Tensor": BinaryOp.Div,
+    "aten::div.Scalar": BinaryOp.Div,
+    "aten::maximum": BinaryOp.Maximum,
+    "aten::minimum": BinaryOp.Minimum,
+    "aten::pow.Tensor_Tensor": BinaryOp.Power,
+    "aten::pow.Tensor_Scalar": BinaryOp.Power,
+    "aten::eq.Tensor": BinaryOp.Equal,
+    "aten::eq.Scalar": BinaryOp.Equal,
+    "aten::ne.Tensor": BinaryOp.NotEqual,
+    "aten::ne.Scalar": BinaryOp.NotEqual,
+    "aten::lt.Tensor": BinaryOp.Less,
+    "aten::lt.Scalar": BinaryOp.Less,
+    "aten::le.Tensor": BinaryOp.LessEqual,
+    "aten::le.Scalar": BinaryOp.LessEqual,
+    "aten::gt.Tensor": BinaryOp.Greater,
+    "aten::gt.Scalar": BinaryOp.Greater,
+    "aten::ge.Tensor": BinaryOp.GreaterEqual,
+    "aten::ge.Scalar": BinaryOp.GreaterEqual,
+    "aten::logical_and": BinaryOp.LogicalAnd,
+    "aten::logical_or": BinaryOp.LogicalOr,
+    "aten::remainder.Tensor": BinaryOp.Remainder,
+    "aten::remainder.Scalar": BinaryOp.Remainder,
+    "aten::floor_divide": BinaryOp.FloorDivide,
+}
+
+
+@lowers(*ARITHMETIC)
+def _lower_binary(ctx, node):
+    a, b = node.args[:2]
+    ctx.bind(node, _binary(ctx, node, ARITHMETIC[node.target.name()], a, b))
+
+
+def _check_add(node):
+    alpha = node.kwargs.get("alpha", 1)
+    if alpha != 1 and out_dtype(node) == torch.bool:
+        return "alpha on a boolean add"
+    return None
+
+
+@lowers("aten::add.Tensor", "aten::add.Scalar", "aten::sub.Tensor", "aten::sub.Scalar", check=_check_add)
+def _lower_add_sub(ctx, node):
+    a, b = node.args[:2]
+    alpha = node.kwargs.get("alpha", 1)
+    dtype = _compute_dtype(node, a, b)
+    b_slot = as_dtype(ctx, b, dtype)
+    if alpha != 1:
+        b_slot = ctx.emit(Binary, op=BinaryOp.Mul, a=b_slot, b=as_dtype(ctx, alpha, dtype))
+    op = BinaryOp.Add if node.target.name().startswith("aten::add") else BinaryOp.Sub
+    ctx.bind(node, ctx.emit(Binary, op=op, a=as_dtype(ctx, a, dtype), b=b_slot))
+
+
+@lowers("aten::rsub.Scalar")
+def _lower_rsub(ctx, node):
+    a, b = node.args[:2]
+    alpha = node.kwargs.get("alpha", 1)
+    dtype = _compute_dtype(node, a, b)
+    a_slot = as_dtype(ctx, a, dtype)
+    if alpha != 1:
+        a_slot = ctx.emit(Binary, op=BinaryOp.Mul, a=a_slot, b=as_dtype(ctx, alpha, dtype))
+    ctx.bind(node, ctx.emit(Binary, op=BinaryOp.Sub, a=as_dtype(ctx, b, dtype), b=a_slot))
+
+
+def _check_div_mode(node):
+    mode = node.kwargs.get("rounding_mode")
+    if mode not in (None, "floor"):
+        return f"div rounding_mode={mode!r}"
+    return None
+
+
+@lowers("aten::div.Tensor_mode", check=_check_div_mode)
+def _lower_div_mode(ctx, node):
+    a, b = node.args[:2]
+    floor = node.kwargs.get("rounding_mode") == "floor"
+    op = BinaryOp.FloorDivide if floor else BinaryOp.Div
+    ctx.bind(node, _binary(ctx, node, op, a, b))
+
+
+UNARY = {
+    "aten::neg": UnaryOp.Neg,
+    "aten::abs": UnaryOp.Abs,
+    "aten::exp": UnaryOp.Exp,
+    "aten::log": UnaryOp.Log,
+    "aten::sqrt": UnaryOp.Sqrt,
+    "aten::rsqrt": UnaryOp.Rsqrt,
+    "aten::reciprocal": UnaryOp.Reciprocal,
+    "aten::sin": UnaryOp.Sin,
+    "aten::cos": UnaryOp.Cos,
+    "aten::tanh": UnaryOp.Tanh,
+    "aten::sigmoid": UnaryOp.Sigmoid,
+    "aten::erf": UnaryOp.Erf,
+    "aten::floor": UnaryOp.Floor,
+    "aten::ceil": UnaryOp.Ceil,
+    "aten::relu": UnaryOp.Relu,
+    "aten::silu": UnaryOp.Silu,
+    "aten::logical_not": UnaryOp.LogicalNot,
+    "aten::sign": UnaryOp.Sign,
+}
+
+
+@lowers(*UNARY)
+def _lower_unary(ctx, node):
+    x = as_dtype(ctx, node.args[0], out_dtype(node))
+    ctx.bind(node, ctx.emit(Unary, op=UNARY[node.target.name()], x=x))
+
+
+def _check_gelu(node):
+    approximate = node.kwargs.get("approximate", "none")
+    return None if approximate in ("none", "tanh") else f"gelu approximate={approximate!r}"
+
+
+@lowers("aten::gelu", check=_check_gelu)
+def _lower_gelu(ctx, node):
+    op = UnaryOp.GeluTanh if node.kwargs.get("approximate", "none") == "tanh" else UnaryOp.GeluErf
+    ctx.bind(node, ctx.emit(Unary, op=op, x=ctx.tensor(node.args[0])))
+
+
+def _clip(ctx, node, low, high):
+    dtype = out_dtype(node)
+    x = as_dtype(ctx, node.args[0], dtype)
+    if low is not None:
+        x = ctx.emit(Binary, op=BinaryOp.Maximum, a=x, b=as_dtype(ctx, low, dtype))
+    if high is not None:
+        x = ctx.emit(Binary, op=BinaryOp.Minimum, a=x, b=as_dtype(ctx, high, dtype))
+    return x
+
+
+@lowers("aten::clamp", "aten::clamp.Tensor")
+def _lower_clamp(ctx, node):
+    args = list(node.args) + [None] * (3 - len(node.args))
+    low = node.kwargs.get("min", args[1])
+    high = node.kwargs.get("max", args[2])
+    ctx.bind(node, _clip(ctx, node, low, high))
+
+
+@lowers("aten::hardtanh")
+def _lower_hardtanh(ctx, node):
+    args = list(node.args) + [-1.0, 1.0][len(node.args) - 1:]
+    ctx.bind(node, _clip(ctx, node, args[1], args[2]))
+
+
+@lowers("aten::where.self")
+def _lower_where(ctx, node):
+    cond, a, b = node.args
+    dtype = out_dtype(node)
+    out = ctx.emit(Where, cond=ctx.tensor(cond), a=as_dtype(ctx, a, dtype), b=as_dtype(ctx, b, dtype))
+    ctx.bind(node, out)

@@ -1,0 +1,66 @@
+"""Softmax, layer norm and batch norm in eval mode."""
+
+import torch
+
+from etmlx.serializer.generated.etmlx_ir import Binary, LayerNorm, LogSoftmax, Softmax
+from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
+
+from ..registry import is_constant, lowers
+from .common import normalize_axis, out_dtype, rank_of, users_use_only_output
+
+
+def _check_softmax(node):
+    return "half_to_float softmax" if node.args[2] else None
+
+
+@lowers("aten::_softmax", check=_check_softmax)
+def _lower_softmax(ctx, node):
+    x, dim = node.args[:2]
+    ctx.bind(node, ctx.emit(Softmax, x=ctx.tensor(x), axis=normalize_axis(dim, rank_of(x))))
+
+
+@lowers("aten::_log_softmax", check=_check_softmax)
+def _lower_log_softmax(ctx, node):
+    x, dim = node.args[:2]
+    ctx.bind(node, ctx.emit(LogSoftmax, x=ctx.tensor(x), axis=normalize_axis(dim, rank_of(x))))
+
+
+def _check_layer_norm(node):
+    if len(node.args[1]) != 1:
+        return f"layer norm over {len(node.args[1])} trailing dims (MLX normalizes the last one)"
+    return users_use_only_output(node)
+
+
+@lowers("aten::native_layer_norm", check=_check_layer_norm)
+def _lower_layer_norm(ctx, node):
+    x, _, weight, bias, eps = node.args
+    fields = dict(x=ctx.tensor(x), eps=float(eps), hasWeight=weight is not None, hasBias=bias is not None)
+    if weight is not None:
+        fields["weight"] = ctx.tensor(weight)
+    if bias is not None:
+        fields["bias"] = ctx.tensor(bias)
+    ctx.bind(node, ctx.emit(LayerNorm, **fields), index=0)
+
+
+def _check_batch_norm(node):
+    # args: input, weight, bias, running_mean, running_var, momentum, eps
+    if not all(arg is None or is_constant(arg) for arg in node.args[1:5]):
+        return "batch norm with non-constant weight or statistics (etmlx folds constant ones)"
+    return users_use_only_output(node)
+
+
+@lowers("aten::_native_batch_norm_legit_no_training", check=_check_batch_norm)
+def _lower_batch_norm(ctx, node):
+    """Folded at export into ``x * scale + shift`` with per-channel constants."""
+    x, weight, bias, mean, var, _, eps = node.args
+    stats = {k: ctx.constant_values[v].double() for k, v in dict(mean=mean, var=var).items()}
+    channels = stats["mean"].numel()
+    w = ctx.constant_values[weight].double() if weight is not None else torch.ones(channels, dtype=torch.float64)
+    b = ctx.constant_values[bias].double() if bias is not None else torch.zeros(channels, dtype=torch.float64)
+    scale = w / torch.sqrt(stats["var"] + eps)
+    shift = b - stats["mean"] * scale
+    dtype = out_dtype(node, 0)
+    broadcast = (channels,) + (1,) * (rank_of(x) - 2)
+    scaled = ctx.emit(Binary, op=BinaryOp.Mul, a=ctx.tensor(x), b=ctx.add_constant(scale.reshape(broadcast).to(dtype)))
+    out = ctx.emit(Binary, op=BinaryOp.Add, a=scaled, b=ctx.add_constant(shift.reshape(broadcast).to(dtype)))
+    ctx.bind(node, out, index=0)

@@ -1,0 +1,234 @@
+"""Reshapes, permutations, slicing, concatenation and gathers.
+
+Sizes may be SymInts (dynamic dims): they reach the IR as int slots, read at run time.
+"""
+
+from etmlx.serializer.generated.etmlx_ir import (
+    AsType,
+    BroadcastTo,
+    Concatenate,
+    ExpandDims,
+    Reshape,
+    Slice,
+    Squeeze,
+    SymSize,
+    Take,
+    Transpose,
+)
+from etmlx.serializer.ir import int_or_slot
+
+from ..dtypes import ir_dtype
+from ..registry import lowers
+from .common import normalize_axis, out_dtype, rank_of, shape_of
+
+INT64_MAX = 2**63 - 1
+
+
+@lowers("aten::view_copy", "aten::_unsafe_view", "aten::reshape")
+def _lower_view(ctx, node):
+    x, sizes = node.args[:2]
+    ctx.bind(node, ctx.emit(Reshape, x=ctx.tensor(x), shape=ctx.sizes(sizes)))
+
+
+@lowers("aten::permute_copy")
+def _lower_permute(ctx, node):
+    x, dims = node.args[:2]
+    rank = rank_of(x)
+    ctx.bind(node, ctx.emit(Transpose, x=ctx.tensor(x), perm=[normalize_axis(d, rank) for d in dims]))
+
+
+def _swap(rank: int, a: int, b: int) -> list:
+    perm = list(range(rank))
+    perm[a], perm[b] = perm[b], perm[a]
+    return perm
+
+
+@lowers("aten::t_copy")
+def _lower_t(ctx, node):
+    x = node.args[0]
+    if rank_of(x) < 2:
+        ctx.bind(node, ctx.tensor(x))
+    else:
+        ctx.bind(node, ctx.emit(Transpose, x=ctx.tensor(x), perm=[1, 0]))
+
+
+@lowers("aten::transpose_copy.int")
+def _lower_transpose(ctx, node):
+    x, a, b = node.args[:3]
+    rank = rank_of(x)
+    perm = _swap(rank, normalize_axis(a, rank), normalize_axis(b, rank))
+    ctx.bind(node, ctx.emit(Transpose, x=ctx.tensor(x), perm=perm))
+
+
+@lowers("aten::unsqueeze_copy")
+def _lower_unsqueeze(ctx, node):
+    x, dim = node.args[:2]
+    axis = normalize_axis(dim, rank_of(x) + 1)
+    ctx.bind(node, ctx.emit(ExpandDims, x=ctx.tensor(x), axes=[axis]))
+
+
+def _squeezed_axes(node) -> list:
+    x = node.args[0]
+    rank = rank_of(x)
+    if len(node.args) < 2:
+        dims = range(rank)
+    else:
+        dims = node.args[1] if isinstance(node.args[1], (list, tuple)) else [node.args[1]]
+    shape = shape_of(x)
+    return sorted({normalize_axis(d, rank) for d in dims if rank and shape[normalize_axis(d, rank)] == 1})
+
+
+def _check_squeeze(node):
+    x = node.args[0]
+    rank = rank_of(x)
+    dims = range(rank) if len(node.args) < 2 else node.args[1]
+    dims = dims if isinstance(dims, (list, range, tuple)) else [dims]
+    for d in dims:
+        if rank and not isinstance(shape_of(x)[normalize_axis(d, rank)], int):
+            return "squeeze of a dynamic dim (whether it is 1 is known only at run time)"
+    return None
+
+
+@lowers("aten::squeeze_copy.dims", "aten::squeeze_copy.dim", "aten::squeeze_copy", check=_check_squeeze)
+def _lower_squeeze(ctx, node):
+    axes = _squeezed_axes(node)
+    x = ctx.tensor(node.args[0])
+    ctx.bind(node, ctx.emit(Squeeze, x=x, axes=axes) if axes else x)
+
+
+def _dim_size(ctx, x, axis: int):
+    """The size of ``x`` along ``axis``: a literal when static, else read at run time."""
+    size = shape_of(x)[axis]
+    if isinstance(size, int):
+        return int_or_slot(size)
+    return ctx.emit(SymSize, x=ctx.tensor(x), axis=axis, outInt=ctx.new_int())
+
+
+@lowers("aten::expand_copy")
+def _lower_expand(ctx, node):
+    x, sizes = node.args[:2]
+    offset = len(sizes) - rank_of(x)
+    shape = []
+    for i, size in enumerate(sizes):
+        if isinstance(size, int) and size == -1:
+            shape.append(_dim_size(ctx, x, i - offset))
+        else:
+            shape.append(ctx.size(size))
+    ctx.bind(node, ctx.emit(BroadcastTo, x=ctx.tensor(x), shape=shape))
+
+
+def _slice(ctx, x, axis, start, stop, step=1):
+    return ctx.emit(Slice, x=ctx.tensor(x), axis=axis, start=ctx.size(start), stop=ctx.size(stop), step=step)
+
+
+def _check_slice(node):
+    step = node.args[4] if len(node.args) > 4 else 1
+    return None if isinstance(step, int) and step > 0 else "slice with a non-positive or dynamic step"
+
+
+@lowers("aten::slice_copy.Tensor", check=_check_slice)
+def _lower_slice(ctx, node):
+    args = list(node.args) + [None] * (5 - len(node.args))
+    x, dim, start, end, step = args
+    axis = normalize_axis(dim or 0, rank_of(x))
+    start = 0 if start is None else start
+    end = INT64_MAX if end is None else end
+    ctx.bind(node, _slice(ctx, x, axis, start, end, step or 1))
+
+
+def _check_select(node):
+    x, dim, index = node.args[:3]
+    size = shape_of(x)[normalize_axis(dim, rank_of(x))]
+    if not isinstance(index, int) or (index < 0 and not isinstance(size, int)):
+        return "select with a dynamic index, or a negative one on a dynamic dim"
+    return None
+
+
+@lowers("aten::select_copy.int", check=_check_select)
+def _lower_select(ctx, node):
+    x, dim, index = node.args[:3]
+    axis = normalize_axis(dim, rank_of(x))
+    if index < 0:
+        index += shape_of(x)[axis]
+    sliced = _slice(ctx, x, axis, index, index + 1)
+    ctx.bind(node, ctx.emit(Squeeze, x=sliced, axes=[axis]))
+
+
+def _split_bounds(sizes):
+    start = 0
+    for size in sizes:
+        yield start, start + size
+        start += size
+
+
+def _check_static_split_dim(node):
+    x, dim = node.args[0], node.args[2] if len(node.args) > 2 else 0
+    if not isinstance(shape_of(x)[normalize_axis(dim, rank_of(x))], int):
+        return "split along a dynamic dim"
+    return None
+
+
+@lowers("aten::split_with_sizes_copy", "aten::split_copy.Tensor", check=_check_static_split_dim)
+def _lower_split(ctx, node):
+    x, split = node.args[:2]
+    dim = node.args[2] if len(node.args) > 2 else 0
+    axis = normalize_axis(dim, rank_of(x))
+    if isinstance(split, int):
+        total = shape_of(x)[axis]
+        split = [min(split, total - s) for s in range(0, total, split)]
+    for index, (start, stop) in enumerate(_split_bounds(split)):
+        ctx.bind(node, _slice(ctx, x, axis, start, stop), index=index)
+
+
+def _check_unbind(node):
+    x, dim = node.args[0], node.args[1] if len(node.args) > 1 else 0
+    if not isinstance(shape_of(x)[normalize_axis(dim, rank_of(x))], int):
+        return "unbind along a dynamic dim"
+    return None
+
+
+@lowers("aten::unbind_copy.int", check=_check_unbind)
+def _lower_unbind(ctx, node):
+    x = node.args[0]
+    axis = normalize_axis(node.args[1] if len(node.args) > 1 else 0, rank_of(x))
+    for index in range(shape_of(x)[axis]):
+        sliced = _slice(ctx, x, axis, index, index + 1)
+        ctx.bind(node, ctx.emit(Squeeze, x=sliced, axes=[axis]), index=index)
+
+
+@lowers("aten::cat")
+def _lower_cat(ctx, node):
+    tensors = node.args[0]
+    dim = node.args[1] if len(node.args) > 1 else 0
+    tensors = [t for t in tensors if shape_of(t) != (0,)]  # PyTorch skips legacy empty 1-d tensors
+    axis = normalize_axis(dim, rank_of(node))
+    ctx.bind(node, ctx.emit(Concatenate, xs=[ctx.tensor(t) for t in tensors], axis=axis))
+
+
+@lowers("aten::embedding")
+def _lower_embedding(ctx, node):
+    weight, indices = node.args[:2]
+    ctx.bind(node, ctx.emit(Take, x=ctx.tensor(weight), indices=ctx.tensor(indices), axis=0))
+
+
+@lowers("aten::index_select")
+def _lower_index_select(ctx, node):
+    x, dim, index = node.args[:3]
+    axis = normalize_axis(dim, rank_of(x))
+    ctx.bind(node, ctx.emit(Take, x=ctx.tensor(x), indices=ctx.tensor(index), axis=axis))
+
+
+@lowers("aten::clone", "dim_order_ops::_clone_dim_order", "aten::alias_copy", "aten::detach_copy")
+def _lower_alias(ctx, node):
+    """MLX arrays are immutable, so a copy needs no node: the result is the operand."""
+    ctx.bind(node, ctx.tensor(node.args[0]))
+
+
+@lowers("aten::_to_copy", "dim_order_ops::_to_dim_order_copy")
+def _lower_to_copy(ctx, node):
+    x = node.args[0]
+    dtype = out_dtype(node)
+    if dtype == x.meta["val"].dtype:
+        ctx.bind(node, ctx.tensor(x))
+    else:
+        ctx.bind(node, ctx.emit(AsType, x=ctx.tensor(x), dtype=ir_dtype(dtype)))

@@ -1,0 +1,37 @@
+"""Integer arithmetic on sizes (SymInts), which dynamic shapes bring into the graph."""
+
+import torch
+
+from etmlx.serializer.generated.etmlx_ir import IntBinary, SymSize
+from etmlx.serializer.generated.etmlx_ir.IntBinaryOp import IntBinaryOp
+
+from ..registry import lowers
+from .common import normalize_axis, rank_of
+
+
+@lowers("aten::sym_size.int")
+def _lower_sym_size(ctx, node):
+    x, dim = node.args[:2]
+    ctx.bind_int(node, ctx.emit(SymSize, x=ctx.tensor(x), axis=normalize_axis(dim, rank_of(x)), outInt=ctx.new_int()))
+
+
+INT_OPS = {
+    "_operator.add": IntBinaryOp.Add,
+    "_operator.sub": IntBinaryOp.Sub,
+    "_operator.mul": IntBinaryOp.Mul,
+    "_operator.floordiv": IntBinaryOp.FloorDivide,
+    "_operator.mod": IntBinaryOp.Mod,
+}
+
+
+def _check_int_op(node):
+    if not isinstance(node.meta.get("val"), torch.SymInt):
+        return "arithmetic on a non-integer size"
+    return None
+
+
+@lowers(*INT_OPS, check=_check_int_op)
+def _lower_int_op(ctx, node):
+    a, b = node.args[:2]
+    op = INT_OPS[f"_operator.{node.target.__name__}"]
+    ctx.bind_int(node, ctx.emit(IntBinary, op=op, a=ctx.size(a), b=ctx.size(b), outInt=ctx.new_int()))

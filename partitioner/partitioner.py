@@ -1,0 +1,84 @@
+"""``MlxPartitioner``: tags the nodes MLX computes, using the lowering rules' checks."""
+
+import logging
+import operator
+
+import torch
+from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
+from executorch.exir.backend.utils import tag_constant_data, tag_mutated_buffer
+from torch.export import ExportedProgram
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from etmlx.lowering.preprocess import BACKEND_ID
+from etmlx.lowering.registry import check_node, getitem_source, mark_constants, op_name
+
+from .report import PartitionReport
+
+log = logging.getLogger("etmlx")
+
+
+class _Support(OperatorSupportBase):
+    """Per-node verdicts, computed once per graph and remembered for the report."""
+
+    def __init__(self):
+        self.verdicts: dict = {}
+
+    def reason(self, node):
+        if node not in self.verdicts:
+            self.verdicts[node] = self._decide(node)
+        return self.verdicts[node]
+
+    def _decide(self, node):
+        source = getitem_source(node)
+        if source is not None:
+            return self.reason(source)
+        if _produces_int(node) and node.users:
+            # A size (sym_size, size arithmetic) goes wherever every user of it goes.
+            reason = check_node(node)
+            if reason is None and not all(self.reason(user) is None for user in node.users):
+                reason = "its result is used by a call that stays outside MLX"
+            return reason
+        return check_node(node)
+
+    def is_node_supported(self, submodules, node) -> bool:
+        return node.op == "call_function" and self.reason(node) is None
+
+
+def _produces_int(node) -> bool:
+    return isinstance(node.meta.get("val"), torch.SymInt)
+
+
+class MlxPartitioner(Partitioner):
+    """Claims every call whose lowering rule accepts it; the rest stays with ExecuTorch."""
+
+    def __init__(self):
+        super().__init__()
+        self.delegation_spec = DelegationSpec(BACKEND_ID, [])
+        self.report = PartitionReport()
+
+    def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        mark_constants(exported_program)
+        support = _Support()
+        graph_module = exported_program.graph_module
+        report = PartitionReport()
+        for node in graph_module.graph.nodes:
+            if node.op == "call_function" and node.target is not operator.getitem:
+                report.record(op_name(node.target), node.name, support.reason(node))
+        self.report.merge(report)
+        for line in report.declined_lines():
+            log.info("%s", line)
+
+        # A lone claimed node between declined ones is still worth delegating.
+        partitions = CapabilityBasedPartitioner(
+            graph_module, support, allows_single_node_partition=True
+        ).propose_partitions()
+        tags = {}
+        for partition in partitions:
+            tag = f"etmlx_{partition.id}"
+            for node in partition.nodes:
+                node.meta["delegation_tag"] = tag
+            tags[tag] = self.delegation_spec
+        tag_constant_data(exported_program)
+        tag_mutated_buffer(exported_program)
+        return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)

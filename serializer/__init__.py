@@ -1,0 +1,7 @@
+"""The etmlx payload: schema, generated code, header, writer and validating reader."""
+
+from .errors import PayloadError
+from .ir import node_type
+from .payload import FORMAT_VERSION, deserialize, serialize
+
+__all__ = ["FORMAT_VERSION", "PayloadError", "deserialize", "node_type", "serialize"]

@@ -1,0 +1,1 @@
+# Generated from serializer/schema.fbs by serializer/regenerate.py. Do not edit.

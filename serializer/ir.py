@@ -1,0 +1,51 @@
+"""Names and helpers over the generated IR classes, shared by writer, reader and tools."""
+
+from .generated.etmlx_ir import DType as _dtype
+from .generated.etmlx_ir import Op as _op
+from .generated.etmlx_ir import IntOrSlot as _int_or_slot
+from .generated.etmlx_ir import Tid as _tid
+
+
+def _enum_names(enum_class) -> dict:
+    return {value: name for name, value in vars(enum_class).items() if not name.startswith("_")}
+
+
+OP_NAMES = {value: name for value, name in _enum_names(_op.Op).items() if name != "NONE"}
+DTYPE_NAMES = _enum_names(_dtype.DType)
+
+TidT = _tid.TidT
+IntOrSlotT = _int_or_slot.IntOrSlotT
+
+
+def tid(idx: int) -> TidT:
+    ref = TidT()
+    ref.idx = idx
+    return ref
+
+
+def int_or_slot(value: int, is_slot: bool = False) -> IntOrSlotT:
+    ref = IntOrSlotT()
+    ref.value = value
+    ref.isSlot = is_slot
+    return ref
+
+
+def node_type(node) -> str:
+    """The IR name of a node (``"Add"`` for a Binary add, ``"Sdpa"``, ...).
+
+    Family tables (Unary, Binary, Reduce, ...) report their ``op`` member, so
+    inspect and the tests see the MLX operation, not the table that carries it.
+    """
+    table = OP_NAMES[node.opType]
+    operation = getattr(node.op, "op", None)
+    if operation is None:
+        return table
+    return _enum_names(op_enum(table))[operation]
+
+
+def op_enum(table: str):
+    """The enum class of a family table's ``op`` field (``UnaryOp`` for ``Unary``)."""
+    import importlib
+
+    module = importlib.import_module(f"{__package__}.generated.etmlx_ir.{table}Op")
+    return getattr(module, f"{table}Op")

@@ -1,0 +1,111 @@
+"""Structural checks of a ``GraphT``: every slot index in range, every enum known,
+every slot written exactly once and before it is read.
+
+The checks read fields by the schema's conventions (see schema.fbs): a ``TidT`` or
+``IntOrSlotT`` named ``out``/``outInt`` is written, any other is read; an optional
+operand ``x`` is absent when the table's ``hasX`` is false; ``op`` is the table's
+``<Table>Op`` enum and ``dtype`` a ``DType``. So a new node table needs no code here.
+"""
+
+from .errors import PayloadError
+from .ir import DTYPE_NAMES, OP_NAMES, IntOrSlotT, TidT, _enum_names, op_enum
+
+_WRITTEN = ("out", "outInt")
+
+
+class _Slots:
+    def __init__(self, kind: str, count: int):
+        self.kind, self.count, self.written = kind, count, set()
+
+    def _check_range(self, idx: int, where: str) -> None:
+        if not 0 <= idx < self.count:
+            raise PayloadError(f"{where}: {self.kind} slot {idx} out of range (graph has {self.count})")
+
+    def write(self, idx: int, where: str) -> None:
+        self._check_range(idx, where)
+        if idx in self.written:
+            raise PayloadError(f"{where}: {self.kind} slot {idx} written twice")
+        self.written.add(idx)
+
+    def read(self, idx: int, where: str) -> None:
+        self._check_range(idx, where)
+        if idx not in self.written:
+            raise PayloadError(f"{where}: reads {self.kind} slot {idx} before it is written")
+
+
+def validate(graph) -> None:
+    tensors = _Slots("tensor", graph.numTensorSlots)
+    ints = _Slots("int", graph.numIntSlots)
+    slots_of_kind = {0: tensors, 1: ints}
+    for i, value in enumerate(graph.inputs or []):
+        if value.kind not in slots_of_kind:
+            raise PayloadError(f"input {i}: unknown value kind {value.kind}")
+        slots_of_kind[value.kind].write(value.slot, f"input {i}")
+    for i, constant in enumerate(graph.constants or []):
+        _check_named_tensor(constant, tensors, f"constant {i}")
+    for i, buffer in enumerate(graph.buffers or []):
+        if buffer.init is None:
+            raise PayloadError(f"buffer {i}: missing initial value")
+        _check_named_tensor(buffer.init, tensors, f"buffer {i}")
+    for i, node in enumerate(graph.nodes or []):
+        _check_node(node, i, tensors, ints)
+    for i, buffer in enumerate(graph.buffers or []):
+        if buffer.hasUpdate:
+            tensors.read(buffer.update, f"buffer {i} update")
+    for i, value in enumerate(graph.outputs or []):
+        if value.kind not in slots_of_kind:
+            raise PayloadError(f"output {i}: unknown value kind {value.kind}")
+        slots_of_kind[value.kind].read(value.slot, f"output {i}")
+
+
+def _check_named_tensor(tensor, tensors: _Slots, where: str) -> None:
+    if not tensor.key:
+        raise PayloadError(f"{where}: missing data key")
+    _check_dtype(tensor.dtype, where)
+    if any(size < 0 for size in tensor.shape or []):
+        raise PayloadError(f"{where}: negative size in shape {list(tensor.shape)}")
+    tensors.write(tensor.slot, where)
+
+
+def _check_dtype(dtype: int, where: str) -> None:
+    if dtype not in DTYPE_NAMES:
+        raise PayloadError(f"{where}: unknown dtype {dtype}")
+
+
+def _check_node(node, index: int, tensors: _Slots, ints: _Slots) -> None:
+    table = OP_NAMES.get(node.opType)
+    if table is None or node.op is None:
+        raise PayloadError(f"node {index}: unknown node type {node.opType}")
+    where = f"node {index} ({table})"
+    fields = vars(node.op)
+    writes = []
+    for name, value in fields.items():
+        if name == "op":
+            if value not in _enum_names(op_enum(table)):
+                raise PayloadError(f"{where}: unknown {table}Op {value}")
+        elif name == "dtype":
+            _check_dtype(value, where)
+        elif name in _WRITTEN:
+            writes.append((name, value))
+        elif fields.get("has" + name[:1].upper() + name[1:], True) is False:
+            continue  # optional operand that is absent
+        else:
+            _check_read(value, name, where, tensors, ints)
+    if not writes:
+        raise PayloadError(f"{where}: writes no slot")
+    for name, value in writes:
+        if name == "out" and isinstance(value, TidT):
+            tensors.write(value.idx, where)
+        elif name == "outInt" and isinstance(value, IntOrSlotT) and value.isSlot:
+            ints.write(value.value, where)
+        else:
+            raise PayloadError(f"{where}: missing result slot")
+
+
+def _check_read(value, name: str, where: str, tensors: _Slots, ints: _Slots) -> None:
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if isinstance(item, TidT):
+            tensors.read(item.idx, f"{where} {name}")
+        elif isinstance(item, IntOrSlotT) and item.isSlot:
+            ints.read(item.value, f"{where} {name}")
