@@ -5,6 +5,9 @@ imports torch and executorch when it is called.
 """
 
 from .errors import EtMlxError, ExportError
+from .runtime_shim.blas import preload_openblas
+
+preload_openblas()  # must run before anything imports mlx; see runtime_shim/blas.py
 
 
 def export(module, example_inputs, path, dynamic_shapes=None):

@@ -23,7 +23,10 @@ class MlxDelegate:
     def __init__(self, processed: bytes, named_data):
         graph = deserialize(processed)
         self._graph = graph
-        self._constants = [(c.slot, _named_array(c, named_data)) for c in graph.constants or []]
+        arrays = {}  # content-addressed keys: equal weights load once
+        self._constants = [
+            (c.slot, arrays.setdefault(c.key, _named_array(c, named_data))) for c in graph.constants or []
+        ]
         self._buffers = [_named_array(b.init, named_data) for b in graph.buffers or []]
         self._buffer_slots = [b.init.slot for b in graph.buffers or []]
         self._buffer_updates = [(i, b.update) for i, b in enumerate(graph.buffers or []) if b.hasUpdate]

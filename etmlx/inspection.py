@@ -1,0 +1,74 @@
+"""``etmlx inspect``: what a .pte holds, with each etmlx delegate's MLX nodes in order."""
+
+from etmlx.runtime_shim.describe import describe
+from etmlx.runtime_shim.mlx_delegate import BACKEND_ID
+from etmlx.runtime_shim.pte_file import read_pte
+from etmlx.serializer import deserialize, node_type
+from etmlx.serializer.ir import DTYPE_NAMES
+
+
+def inspect_program(path_or_bytes) -> dict:
+    """``{"methods": {name: {"inputs", "outputs", "delegates": [...], "kernels": [...]}},
+    "named_data": {key: bytes}}``; each delegate lists its ``nodes`` (IR node types in
+    execution order), ``constants`` and ``buffers`` when it is an etmlx one."""
+    pte = read_pte(path_or_bytes)
+    info = describe(pte)
+    methods = {}
+    for plan, method in zip(pte.program.plans, info.methods):
+        methods[method.name] = {
+            "inputs": [_io(v) for v in method.inputs],
+            "outputs": [_io(v) for v in method.outputs],
+            "delegates": [_delegate(pte, d) for d in plan.delegates],
+            "kernels": list(method.kernel_calls),
+        }
+    return {"file_size": info.file_size, "methods": methods, "named_data": dict(info.named_data)}
+
+
+def _io(value) -> dict:
+    if value.kind != "tensor":
+        return {"kind": value.kind}
+    return {"kind": "tensor", "dtype": value.dtype, "sizes": list(value.sizes), "dynamism": value.dynamism}
+
+
+def _delegate(pte, delegate) -> dict:
+    entry = {"backend": delegate.id, "payload_bytes": len(pte.delegate_data(delegate))}
+    if delegate.id != BACKEND_ID:
+        return entry
+    graph = deserialize(pte.delegate_data(delegate))
+    entry["nodes"] = [node_type(node) for node in graph.nodes or []]
+    entry["constants"] = [_named(c) for c in graph.constants or []]
+    entry["buffers"] = [_named(b.init) for b in graph.buffers or []]
+    return entry
+
+
+def _named(tensor) -> dict:
+    return {"key": tensor.key, "dtype": DTYPE_NAMES[tensor.dtype].lower(), "shape": list(tensor.shape or [])}
+
+
+def format_text(report: dict) -> str:
+    lines = [f"file size: {report['file_size']} bytes"]
+    for name, method in report["methods"].items():
+        lines.append(f"method {name}:")
+        for label in ("inputs", "outputs"):
+            shown = ", ".join(_io_text(v) for v in method[label]) or "none"
+            lines.append(f"  {label}: {shown}")
+        for i, delegate in enumerate(method["delegates"]):
+            lines.append(f"  delegate {i}: {delegate['backend']} ({delegate['payload_bytes']} bytes of IR)")
+            if "nodes" in delegate:
+                lines.append(f"    nodes ({len(delegate['nodes'])}): {' -> '.join(delegate['nodes'])}")
+                for label in ("constants", "buffers"):
+                    for tensor in delegate[label]:
+                        size = report["named_data"].get(tensor["key"], 0)
+                        lines.append(
+                            f"    {label[:-1]} {tensor['dtype']}{tensor['shape']}: {size} bytes ({tensor['key']})"
+                        )
+        kernels = method["kernels"]
+        lines.append(f"  kernels outside MLX ({len(kernels)}): {', '.join(kernels) or 'none'}")
+    return "\n".join(lines)
+
+
+def _io_text(value: dict) -> str:
+    if value["kind"] != "tensor":
+        return value["kind"]
+    dynamic = "" if value["dynamism"] == "static" else " (upper bounds)"
+    return f"{value['dtype']}{value['sizes']}{dynamic}"
