@@ -49,7 +49,6 @@ _TABLE = [
     DType(29, "uint64", np.dtype(np.uint64)),
 ]
 _BY_SCALAR_TYPE = {d.scalar_type: d for d in _TABLE}
-_BY_NAME = {d.name: d for d in _TABLE}
 
 BFLOAT16 = _BY_SCALAR_TYPE[15]
 
@@ -63,8 +62,3 @@ def from_scalar_type(scalar_type: int) -> DType:
             + ", ".join(f"{d.scalar_type}={d.name}" for d in _TABLE)
             + ")"
         ) from None
-
-
-def from_name(name: str) -> DType | None:
-    """The DType whose torch/mlx name is ``name`` ('float32', 'bfloat16', ...), if any."""
-    return _BY_NAME.get(name)

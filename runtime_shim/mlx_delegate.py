@@ -23,10 +23,11 @@ class MlxDelegate:
     def __init__(self, processed: bytes, named_data):
         graph = deserialize(processed)
         self._graph = graph
-        arrays = {}  # content-addressed keys: equal weights load once
-        self._constants = [
-            (c.slot, arrays.setdefault(c.key, _named_array(c, named_data))) for c in graph.constants or []
-        ]
+        arrays = {}  # keys are content hashes: equal weights load once
+        for constant in graph.constants or []:
+            if constant.key not in arrays:
+                arrays[constant.key] = _named_array(constant, named_data)
+        self._constants = [(c.slot, arrays[c.key]) for c in graph.constants or []]
         self._buffers = [_named_array(b.init, named_data) for b in graph.buffers or []]
         self._buffer_slots = [b.init.slot for b in graph.buffers or []]
         self._buffer_updates = [(i, b.update) for i, b in enumerate(graph.buffers or []) if b.hasUpdate]
