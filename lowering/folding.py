@@ -2,8 +2,9 @@
 
 A linear layer reaches the edge graph as ``addmm(bias, x, permute_copy(W))``;
 evaluating the permute here stores W already transposed, so MLX never transposes
-a weight at run time. Only ops that move or relabel data are folded: folding an
-``expand`` or an arithmetic op could grow the file or change rounding.
+a weight at run time. Likewise a scalar constant's dtype conversion. Only ops that
+move, relabel or convert data are folded (the same conversion PyTorch would do at
+run time): folding an ``expand`` or arithmetic could grow the file or change rounding.
 """
 
 import torch
@@ -22,6 +23,8 @@ FOLDABLE = {
     "aten::unsqueeze_copy",
     "aten::clone",
     "dim_order_ops::_clone_dim_order",
+    "aten::_to_copy",
+    "dim_order_ops::_to_dim_order_copy",
 }
 
 

@@ -1,0 +1,143 @@
+"""The ``etmlx`` command: export, run, inspect."""
+
+import argparse
+import importlib.util
+import json
+import logging
+import os
+import sys
+import time
+
+from .errors import EtMlxError
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="etmlx", description="Export PyTorch models to .pte files that run on MLX.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    export = commands.add_parser("export", help="export FILE.py:FACTORY to a .pte")
+    export.add_argument("factory", help="FILE.py:FACTORY; FACTORY() returns (module, example_inputs[, dynamic_shapes])")
+    export.add_argument("-o", "--output", required=True, help="the .pte to write")
+    export.add_argument("--report", action="store_true", help="print, per operator, what MLX took and why not")
+    export.set_defaults(handler=_export)
+
+    run = commands.add_parser("run", help="run a .pte on random inputs (or --inputs) and time it")
+    run.add_argument("pte")
+    run.add_argument("--method", default="forward")
+    run.add_argument("--inputs", help=".npz whose arrays, in order (arr_0, arr_1, ...), are the inputs")
+    run.add_argument("--iterations", type=int, default=10, help="timed calls after one warm-up call")
+    run.add_argument("--seed", type=int, default=0)
+    run.set_defaults(handler=_run)
+
+    inspect = commands.add_parser("inspect", help="show methods, MLX nodes, constants and outside kernels")
+    inspect.add_argument("pte")
+    inspect.add_argument("--json", action="store_true", help="machine-readable output")
+    inspect.set_defaults(handler=_inspect)
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    try:
+        return args.handler(args)
+    except (EtMlxError, ValueError, RuntimeError, OSError, KeyError) as error:
+        print(f"etmlx {args.command}: error: {error}", file=sys.stderr)
+        return 1
+
+
+def load_factory(spec: str):
+    """Imports FILE.py and returns its FACTORY callable."""
+    path, sep, name = spec.rpartition(":")
+    if not sep or not path or not name:
+        raise EtMlxError(f"expected FILE.py:FACTORY, got {spec!r}")
+    if not os.path.isfile(path):
+        raise EtMlxError(f"no such file: {path}")
+    module_spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    try:
+        module_spec.loader.exec_module(module)
+    finally:
+        sys.path.pop(0)
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise EtMlxError(f"{path} has no callable {name!r}")
+    return factory
+
+
+def _export(args) -> int:
+    from .exporter import export
+
+    made = load_factory(args.factory)()
+    if not isinstance(made, tuple) or len(made) not in (2, 3):
+        raise EtMlxError("the factory must return (module, example_inputs) or (module, example_inputs, dynamic_shapes)")
+    module, inputs, dynamic_shapes = (*made, None) if len(made) == 2 else made
+    result = export(module, inputs, args.output, dynamic_shapes=dynamic_shapes)
+    print(f"wrote {result.path} ({result.size_bytes} bytes)")
+    print(result.report.summary())
+    if args.report:
+        print(result.report.to_text())
+    return 0
+
+
+def _random_inputs(method: dict, seed: int) -> list:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    inputs = []
+    for value in method["inputs"]:
+        if value["kind"] != "tensor":
+            raise EtMlxError(f"input of kind {value['kind']} cannot be made up; pass --inputs")
+        shape, dtype = value["sizes"], value["dtype"]
+        if dtype in ("float32", "float16"):
+            inputs.append(rng.standard_normal(shape).astype(dtype))
+        elif dtype == "bfloat16":
+            import mlx.core as mx
+
+            inputs.append(mx.array(rng.standard_normal(shape).astype("float32")).astype(mx.bfloat16))
+        else:
+            inputs.append(np.zeros(shape, dtype=dtype))  # zeros: valid as indices into anything
+    return inputs
+
+
+def _run(args) -> int:
+    import numpy as np
+
+    from . import load
+    from .inspection import inspect_program
+    from .runtime_shim.blas import preload_openblas
+
+    program = load(args.pte)
+    if args.inputs:
+        with np.load(args.inputs) as archive:
+            inputs = [archive[f"arr_{i}"] for i in range(len(archive.files))]
+    else:
+        method = inspect_program(args.pte)["methods"].get(args.method)
+        if method is None:
+            raise EtMlxError(f"{args.pte} has no method {args.method!r} (methods: {', '.join(program.method_names)})")
+        inputs = _random_inputs(method, args.seed)
+    outputs = program.run_method(args.method, inputs)
+    times = []
+    for _ in range(args.iterations):
+        start = time.perf_counter()
+        program.run_method(args.method, inputs)
+        times.append(time.perf_counter() - start)
+    for i, output in enumerate(outputs):
+        shape = tuple(getattr(output, "shape", ()))
+        print(f"output {i}: {getattr(output, 'dtype', type(output).__name__)} {shape}")
+    if times:
+        times.sort()
+        print(f"time per call: median {times[len(times) // 2] * 1e3:.3f} ms, min {times[0] * 1e3:.3f} ms "
+              f"over {len(times)} calls")
+    print(f"BLAS: {preload_openblas()}")
+    return 0
+
+
+def _inspect(args) -> int:
+    from .inspection import format_text, inspect_program
+
+    report = inspect_program(args.pte)
+    print(json.dumps(report, indent=2) if args.json else format_text(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""Export a module through etmlx, run the .pte with the etmlx runtime, and report
+what was serialized, so a test can assert both parity and which MLX nodes ran."""
+
+from dataclasses import dataclass
+
+import torch
+
+import etmlx
+from etmlx.exporter import to_executorch
+from etmlx.inspection import inspect_program
+
+TOLERANCE = {  # (rtol, atol) by dtype
+    torch.float32: (1e-5, 1e-5),
+    torch.float16: (1e-2, 1e-2),
+    torch.bfloat16: (4e-2, 4e-2),
+}
+
+
+@dataclass
+class Lowered:
+    program: object  # the loaded etmlx program
+    inspect: dict  # etmlx.inspection.inspect_program(...)
+    report: object  # PartitionReport
+    pte: bytes
+
+    @property
+    def nodes(self) -> list:
+        """IR node types of every etmlx delegate of ``forward``, in order."""
+        method = self.inspect["methods"]["forward"]
+        return [n for d in method["delegates"] for n in d.get("nodes", [])]
+
+    @property
+    def kernels(self) -> list:
+        return self.inspect["methods"]["forward"]["kernels"]
+
+    @property
+    def delegates(self) -> list:
+        return self.inspect["methods"]["forward"]["delegates"]
+
+
+def lower(module, inputs, dynamic_shapes=None) -> Lowered:
+    program, report = to_executorch(module, inputs, dynamic_shapes)
+    pte = program.buffer
+    return Lowered(etmlx.load(pte), inspect_program(pte), report, pte)
+
+
+def assert_close(actual, expected, dtype=None):
+    if isinstance(expected, (tuple, list)):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            assert_close(a, e, dtype)
+        return
+    assert actual.dtype == expected.dtype, f"dtype {actual.dtype}, eager gives {expected.dtype}"
+    assert tuple(actual.shape) == tuple(expected.shape), f"shape {tuple(actual.shape)}, eager {tuple(expected.shape)}"
+    if expected.dtype.is_floating_point:
+        rtol, atol = TOLERANCE[dtype or expected.dtype]
+        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+    else:
+        assert torch.equal(actual, expected), f"{actual} != {expected}"
+
+
+def check_parity(module, inputs, dynamic_shapes=None, run_with=None) -> Lowered:
+    """Lowers ``module`` and checks the .pte against eager on ``inputs`` and on each
+    tuple in ``run_with`` (other shapes for dynamic dims). Returns what was lowered."""
+    module = module.eval()
+    lowered = lower(module, inputs, dynamic_shapes)
+    for args in [inputs] + list(run_with or []):
+        with torch.no_grad():
+            expected = module(*args)
+        assert_close(lowered.program.forward(*args), expected)
+    return lowered
