@@ -192,7 +192,7 @@ class TensorValue:
 
         if self.dtype is BFLOAT16 and array.dtype == mx.bfloat16:
             array = array.view(mx.uint16)
-        self.set(np.array(array, copy=False))
+        self.set(np.asarray(array))
 
 
 def is_torch_tensor(x) -> bool:

@@ -205,3 +205,21 @@ def test_dynamic_input_over_bound(export):
 def test_unknown_method(mlp_prog):
     with pytest.raises(AttributeError, match="no method .*backward"):
         mlp_prog[1].backward
+
+
+class ChannelsLast(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 5, 3)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)) + 1
+
+
+def test_channels_last_dim_order(export):
+    torch.manual_seed(0)
+    model = ChannelsLast()
+    x = _rand(2, 3, 6, 6).to(memory_format=torch.channels_last)
+    pte = export(model, (x,))
+    assert any(getattr(v, "dim_order", None) == (0, 2, 3, 1) for v in read_pte(pte).program.plans[0].values)
+    torch.testing.assert_close(load(pte).forward(x), model(x))
