@@ -4,7 +4,6 @@ subgraphs serialized as JSON, plus one named blob and one compile spec."""
 import json
 from typing import final
 
-import torch
 from executorch.exir._serialize._named_data_store import NamedDataStore
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from executorch.exir.backend.canonical_partitioners.pattern_op_partitioner import generate_pattern_op_partitions
