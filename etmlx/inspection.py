@@ -37,7 +37,7 @@ def _delegate(pte, delegate) -> dict:
     graph = deserialize(pte.delegate_data(delegate))
     entry["nodes"] = [node_type(node) for node in graph.nodes or []]
     entry["constants"] = [_named(c) for c in graph.constants or []]
-    entry["buffers"] = [_named(b.init) for b in graph.buffers or []]
+    entry["buffers"] = [_named(b.initial) for b in graph.buffers or []]
     return entry
 
 

@@ -119,7 +119,7 @@ class LoweringContext:
     def add_buffer(self, node: fx.Node, initial: torch.Tensor) -> None:
         ref = self.new_tensor()
         buffer = MutableBuffer.MutableBufferT()
-        buffer.init = self._named_tensor(ref, initial)
+        buffer.initial = self._named_tensor(ref, initial)
         self.graph.buffers.append(buffer)
         self._buffers[node] = buffer
         self.bind(node, ref)

@@ -28,8 +28,8 @@ class MlxDelegate:
             if constant.key not in arrays:
                 arrays[constant.key] = _named_array(constant, named_data)
         self._constants = [(c.slot, arrays[c.key]) for c in graph.constants or []]
-        self._buffers = [_named_array(b.init, named_data) for b in graph.buffers or []]
-        self._buffer_slots = [b.init.slot for b in graph.buffers or []]
+        self._buffers = [_named_array(b.initial, named_data) for b in graph.buffers or []]
+        self._buffer_slots = [b.initial.slot for b in graph.buffers or []]
         self._buffer_updates = [(i, b.update) for i, b in enumerate(graph.buffers or []) if b.hasUpdate]
         self._steps = [_step(node) for node in graph.nodes or []]
         self.num_inputs = len(graph.inputs or [])

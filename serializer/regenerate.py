@@ -4,7 +4,7 @@ Uses the ``flatc`` that ships in the executorch wheel, so no compiler is needed.
 flatc writes absolute ``etmlx_ir.X`` imports; they are rewritten to live inside
 ``etmlx.serializer.generated`` so the generated package needs no sys.path tricks.
 
-    python -m etmlx.serializer.regenerate          # rewrite serializer/generated
+    python serializer/regenerate.py          # rewrite serializer/generated (works with it missing)
 """
 
 import pathlib

@@ -44,9 +44,9 @@ def validate(graph) -> None:
     for i, constant in enumerate(graph.constants or []):
         _check_named_tensor(constant, tensors, f"constant {i}")
     for i, buffer in enumerate(graph.buffers or []):
-        if buffer.init is None:
+        if buffer.initial is None:
             raise PayloadError(f"buffer {i}: missing initial value")
-        _check_named_tensor(buffer.init, tensors, f"buffer {i}")
+        _check_named_tensor(buffer.initial, tensors, f"buffer {i}")
     for i, node in enumerate(graph.nodes or []):
         _check_node(node, i, tensors, ints)
     for i, buffer in enumerate(graph.buffers or []):

@@ -26,7 +26,7 @@ class MutableBuffer(object):
         self._tab = flatbuffers.table.Table(buf, pos)
 
     # MutableBuffer
-    def Init(self):
+    def Initial(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
         if o != 0:
             x = self._tab.Indirect(o + self._tab.Pos)
@@ -56,11 +56,11 @@ def MutableBufferStart(builder):
 def Start(builder):
     MutableBufferStart(builder)
 
-def MutableBufferAddInit(builder, init):
-    builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(init), 0)
+def MutableBufferAddInitial(builder, initial):
+    builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(initial), 0)
 
-def AddInit(builder, init):
-    MutableBufferAddInit(builder, init)
+def AddInitial(builder, initial):
+    MutableBufferAddInitial(builder, initial)
 
 def MutableBufferAddUpdate(builder, update):
     builder.PrependUint32Slot(1, update, 0)
@@ -90,7 +90,7 @@ class MutableBufferT(object):
 
     # MutableBufferT
     def __init__(self):
-        self.init = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.NamedTensor.NamedTensorT]
+        self.initial = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.NamedTensor.NamedTensorT]
         self.update = 0  # type: int
         self.hasUpdate = False  # type: bool
 
@@ -115,18 +115,18 @@ class MutableBufferT(object):
     def _UnPack(self, mutableBuffer):
         if mutableBuffer is None:
             return
-        if mutableBuffer.Init() is not None:
-            self.init = etmlx.serializer.generated.etmlx_ir.NamedTensor.NamedTensorT.InitFromObj(mutableBuffer.Init())
+        if mutableBuffer.Initial() is not None:
+            self.initial = etmlx.serializer.generated.etmlx_ir.NamedTensor.NamedTensorT.InitFromObj(mutableBuffer.Initial())
         self.update = mutableBuffer.Update()
         self.hasUpdate = mutableBuffer.HasUpdate()
 
     # MutableBufferT
     def Pack(self, builder):
-        if self.init is not None:
-            init = self.init.Pack(builder)
+        if self.initial is not None:
+            initial = self.initial.Pack(builder)
         MutableBufferStart(builder)
-        if self.init is not None:
-            MutableBufferAddInit(builder, init)
+        if self.initial is not None:
+            MutableBufferAddInitial(builder, initial)
         MutableBufferAddUpdate(builder, self.update)
         MutableBufferAddHasUpdate(builder, self.hasUpdate)
         mutableBuffer = MutableBufferEnd(builder)

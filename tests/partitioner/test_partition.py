@@ -1,0 +1,76 @@
+"""What the partitioner claims: split regions around a declined op, buffers, sizes."""
+
+import torch
+
+from lowering_harness import assert_close, check_parity, lower
+
+
+class DeclinedInTheMiddle(torch.nn.Module):
+    """Two MLX regions around cumsum, which etmlx has no rule for."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(8, 8)
+        self.second = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.first(x))
+        h = torch.cumsum(h, dim=-1)
+        return torch.sigmoid(self.second(h))
+
+
+def test_partial_delegation_runs_and_is_reported():
+    lowered = check_parity(DeclinedInTheMiddle(), (torch.randn(3, 8),))
+    assert len(lowered.delegates) == 2
+    assert lowered.kernels == ["aten::cumsum.out"]
+    assert [d["nodes"] for d in lowered.delegates] == [["Addmm", "Relu"], ["Addmm", "Sigmoid"]]
+    assert not lowered.report.fully_delegated
+    (reason,) = lowered.report.operators["aten::cumsum"].declined
+    assert "no MLX lowering for aten::cumsum" in reason[1]
+    assert "cumsum" in lowered.report.summary()
+
+
+class Counter(torch.nn.Module):
+    """A buffer with a non-zero initial value, updated in place on every call."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("total", torch.arange(4, dtype=torch.float32) + 10)
+
+    def forward(self, x):
+        self.total.add_(x)
+        return self.total * 2
+
+
+def test_mutable_buffer_state_across_calls():
+    eager = Counter()
+    lowered = lower(Counter(), (torch.ones(4),))
+    (delegate,) = lowered.delegates
+    assert delegate["buffers"] and lowered.kernels == []
+    for step in range(3):
+        x = torch.full((4,), float(step + 1))
+        assert_close(lowered.program.forward(x), eager(x))
+
+
+def test_two_loads_do_not_share_state():
+    import etmlx
+
+    lowered = lower(Counter(), (torch.ones(4),))
+    first, second = etmlx.load(lowered.pte), etmlx.load(lowered.pte)
+    first.forward(torch.ones(4))
+    first.forward(torch.ones(4))
+    assert_close(second.forward(torch.ones(4)), (torch.arange(4.0) + 11) * 2)
+
+
+class Float64Middle(torch.nn.Module):
+    def forward(self, x):
+        y = torch.relu(x)
+        z = (y.double() * 3).exp()  # float64: declined, runs on the CPU fallback
+        return z.float() + 1
+
+
+def test_float64_is_declined_but_correct():
+    lowered = check_parity(Float64Middle(), (torch.randn(5),))
+    assert any("float64" in reason for _, reason in lowered.report.operators["aten::exp"].declined)
+    assert "aten::exp.out" in lowered.kernels
+    assert "Relu" in lowered.nodes
