@@ -68,8 +68,14 @@ def _lower_binary(ctx, node):
     ctx.bind(node, _binary(ctx, node, ARITHMETIC[node.target.name()], a, b))
 
 
+def _alpha(node) -> float:
+    """``alpha`` of add/sub/rsub: a keyword in the ATen graph, but the edge dialect may
+    pass it positionally (``add.Scalar(x, 2, 3)``)."""
+    return node.args[2] if len(node.args) > 2 else node.kwargs.get("alpha", 1)
+
+
 def _check_add(node):
-    alpha = node.kwargs.get("alpha", 1)
+    alpha = _alpha(node)
     if alpha != 1 and out_dtype(node) == torch.bool:
         return "alpha on a boolean add"
     return None
@@ -78,7 +84,7 @@ def _check_add(node):
 @lowers("aten::add.Tensor", "aten::add.Scalar", "aten::sub.Tensor", "aten::sub.Scalar", check=_check_add)
 def _lower_add_sub(ctx, node):
     a, b = node.args[:2]
-    alpha = node.kwargs.get("alpha", 1)
+    alpha = _alpha(node)
     dtype = _compute_dtype(node, a, b)
     b_slot = as_dtype(ctx, b, dtype)
     if alpha != 1:
@@ -90,7 +96,7 @@ def _lower_add_sub(ctx, node):
 @lowers("aten::rsub.Scalar")
 def _lower_rsub(ctx, node):
     a, b = node.args[:2]
-    alpha = node.kwargs.get("alpha", 1)
+    alpha = _alpha(node)
     dtype = _compute_dtype(node, a, b)
     a_slot = as_dtype(ctx, a, dtype)
     if alpha != 1:

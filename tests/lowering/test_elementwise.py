@@ -1,0 +1,244 @@
+"""Parity of the elementwise rules: arithmetic, comparisons, logic, activations."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from lowering_harness import lower
+from ruletest import DTYPE_IDS, FLOATS, Fn, declined, delegated, lowered_directly, untested_rules
+
+aten = torch.ops.aten
+floats = pytest.mark.parametrize("dtype", FLOATS, ids=DTYPE_IDS.get)
+BROADCASTS = [((2, 3), (2, 3)), ((4, 1, 3), (2, 1)), ((5,), ())]
+
+
+@floats
+@pytest.mark.parametrize("shapes", BROADCASTS, ids=str)
+def test_binary_arithmetic_broadcasts(dtype, shapes):
+    a, b = torch.randn(shapes[0], dtype=dtype), torch.randn(shapes[1], dtype=dtype)
+
+    def fn(a, b):
+        return (
+            a + b,
+            torch.add(a, b, alpha=2),
+            a - b,
+            torch.sub(a, b, alpha=0.5),
+            a * b,
+            a / (b.abs() + 0.5),
+            torch.maximum(a, b),
+            torch.minimum(a, b),
+            torch.pow(a.abs() + 0.5, b),
+            a**2,
+        )
+
+    lowered = delegated(fn, (a, b), nodes=["Add", "Sub", "Mul", "Div", "Maximum", "Minimum", "Power"])
+    assert lowered.nodes.count("Mul") >= 3  # the two alphas and a * b
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=DTYPE_IDS.get)
+def test_scalars_follow_torch_type_promotion(dtype):
+    """Python scalars and 0-d tensors do not widen a half tensor (in MLX they would)."""
+    x = torch.randn(3, 4, dtype=dtype)
+    y0 = torch.tensor(1.7)  # a float32 0-d input
+    c0 = torch.tensor(0.3)  # a float32 0-d constant
+
+    def fn(x, y0):
+        return (
+            x + 2.5,
+            x * c0,
+            x - y0,
+            3.0 - x,
+            x / 3,
+            aten.mul.Scalar(x, 1.5),
+            aten.div.Scalar(x, 4.0),
+            aten.add.Scalar(x, 2, alpha=3),
+            aten.sub.Scalar(x, 0.25),
+        )
+
+    delegated(fn, (x, y0), nodes=["Add", "Sub", "Mul", "Div"])
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+def test_integer_arithmetic(dtype):
+    a = torch.tensor([[-7, -6, -1, 0, 1, 5, 7, 9]], dtype=dtype)
+    b = torch.tensor([[2], [-3], [4]], dtype=dtype)
+
+    def fn(a, b):
+        return (
+            a + b,
+            torch.add(a, b, alpha=3),
+            torch.sub(a, b, alpha=-2),
+            a * b,
+            a // b,
+            a % b,
+            a % 3,
+            a % -4,
+            torch.div(a, b, rounding_mode="floor"),
+            a / b,  # true division of integers is float
+            a + 1.5,  # an int tensor and a float scalar compute in float
+            torch.maximum(a, b),
+            -a,
+            a.abs(),
+            a.sign(),
+            a**2,
+        )
+
+    delegated(fn, (a, b), nodes=["FloorDivide", "Remainder", "Div", "Neg", "Abs", "Sign", "Power"])
+
+
+@floats
+def test_floor_divide_and_remainder_of_negative_floats(dtype):
+    a = torch.tensor([-7.5, -6.0, -1.25, 0.0, 1.0, 5.5, 7.0, 9.0], dtype=dtype)
+    b = torch.tensor([[2.0], [-3.0], [0.75]], dtype=dtype)
+
+    def fn(a, b):
+        return a // b, a % b, a % 2.5, torch.remainder(a, -1.5)
+
+    delegated(fn, (a, b), nodes=["FloorDivide", "Remainder"])
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int32], ids=str)
+@pytest.mark.parametrize("shapes", [((2, 3), (2, 3)), ((3, 1), (4,))], ids=str)
+def test_comparisons_and_logic(dtype, shapes):
+    a = torch.randint(-3, 4, shapes[0]).to(dtype)
+    b = torch.randint(-3, 4, shapes[1]).to(dtype)
+
+    def fn(a, b):
+        return (
+            a == b,
+            a != b,
+            a < b,
+            a <= b,
+            a > b,
+            a >= b,
+            a == 1,
+            a != 0,
+            a < 0.5,  # compared in float even for integer a
+            a <= -1,
+            a > 0,
+            a >= 2.5,
+            torch.logical_and(a > 0, b < 1),
+            torch.logical_or(a > 1, b < -1),
+            torch.logical_not(a > 0),
+        )
+
+    lowered = delegated(fn, (a, b))
+    for node in ["Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual"]:
+        assert node in lowered.nodes
+    for node in ["LogicalAnd", "LogicalOr", "LogicalNot"]:
+        assert node in lowered.nodes
+
+
+def test_half_compared_with_a_scalar_it_cannot_represent():
+    """PyTorch rounds the scalar to half first: x == 0.1 is true for half(0.1)."""
+    x = torch.tensor([0.1, 0.2, 0.0999], dtype=torch.float16)
+    delegated(lambda x: (x == 0.1, x > 0.1, x <= 0.1), (x,), nodes=["Equal", "Greater", "LessEqual"])
+
+
+UNARY_NODES = [
+    "Neg", "Abs", "Exp", "Log", "Sqrt", "Rsqrt", "Reciprocal", "Sin", "Cos", "Tanh",
+    "Sigmoid", "Erf", "Floor", "Ceil", "Relu", "Sign", "GeluErf", "GeluTanh",
+]  # fmt: skip
+
+
+@floats
+@pytest.mark.parametrize("shape", [(7,), (2, 3, 5)], ids=str)
+def test_unary(dtype, shape):
+    x = (torch.randn(shape) * 2).to(dtype)
+
+    def fn(x):
+        positive = x.abs() + 0.1
+        return (
+            -x,
+            x.abs(),
+            x.exp(),
+            positive.log(),
+            positive.sqrt(),
+            positive.rsqrt(),
+            positive.reciprocal(),
+            x.sin(),
+            x.cos(),
+            x.tanh(),
+            x.sigmoid(),
+            x.erf(),
+            x.floor(),
+            x.ceil(),
+            x.relu(),
+            x.sign(),
+            F.silu(x),
+            F.gelu(x),
+            F.gelu(x, approximate="tanh"),
+        )
+
+    lowered = delegated(fn, (x,))
+    for node in UNARY_NODES:
+        assert node in lowered.nodes
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int32], ids=str)
+def test_clamp(dtype):
+    x = (torch.randn(4, 5) * 3).to(dtype)
+    low = (torch.randn(5) - 1).to(dtype)
+
+    def fn(x, low):
+        return (
+            x.clamp(min=-1),
+            x.clamp(max=2),
+            x.clamp(-2, 1),
+            x.clamp(min=low),
+            x.clamp(low, low + 2),
+            x.clamp(max=low),
+        )
+
+    delegated(fn, (x, low), nodes=["Maximum", "Minimum"])
+
+
+@floats
+def test_hardtanh_and_relu6(dtype):
+    x = (torch.randn(3, 8) * 4).to(dtype)
+    delegated(lambda x: (F.hardtanh(x), F.hardtanh(x, -2.0, 0.5), F.relu6(x)), (x,), nodes=["Maximum", "Minimum"])
+
+
+@floats
+@pytest.mark.parametrize("shapes", [((2, 3), (2, 3)), ((4, 1), (3,))], ids=str)
+def test_where(dtype, shapes):
+    a, b = torch.randn(shapes[0], dtype=dtype), torch.randn(shapes[1], dtype=dtype)
+
+    def fn(a, b):
+        return torch.where(a > b, a, b), torch.where(a > 0, a, 0.0), torch.where(b < 0, -1.0, b)
+
+    delegated(fn, (a, b), nodes=["Where", "Greater", "Less"])
+
+
+def test_float64_is_declined_but_correct():
+    x = torch.randn(3, 4, dtype=torch.float64)
+    reason = declined(lambda x: torch.relu(x * 2 + 1), (x,), "aten::mul.Tensor")
+    assert "float64" in reason
+
+
+def test_float64_inputs_delegate_nothing():
+    x, y = torch.randn(2, 5, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
+    module = Fn(lambda x, y: (x * y - y).exp())
+    lowered = lower(module, (x, y))
+    assert lowered.nodes == [] and lowered.delegates == []
+    assert sorted(lowered.kernels) == ["aten::exp.out", "aten::mul.out", "aten::sub.out"]
+    torch.testing.assert_close(lowered.program.forward(x, y), module(x, y))
+
+
+def test_trunc_division_is_declined_but_correct():
+    a, b = torch.tensor([-7, 7, -5, 5]), torch.tensor([2, -2, 3, 3])
+    reason = declined(lambda a, b: torch.div(a, b, rounding_mode="trunc"), (a, b), "aten::div.Tensor_mode")
+    assert "trunc" in reason
+
+
+def test_rules_that_edge_decomposes_lowered_directly():
+    """``silu``, ``rsub`` and ``floor_divide`` are decomposed before partitioning today;
+    their rules still must compute what eager does."""
+    x = torch.randn(3, 4)
+    ints = (torch.tensor([-7, -1, 0, 5, 9]), torch.tensor([2, -3, 4, -1, 3]))
+    assert "Silu" in lowered_directly(lambda x: aten.silu.default(x), (x,))
+    assert lowered_directly(lambda x: aten.rsub.Scalar(x, 2.0, alpha=3), (x,)) == ["Scalar", "Mul", "Scalar", "Sub"]
+    assert "FloorDivide" in lowered_directly(lambda a, b: aten.floor_divide.default(a, b), ints)
+
+
+def test_every_elementwise_rule_is_tested(whole_file):
+    assert untested_rules("elementwise") == set()
