@@ -13,6 +13,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from etmlx.lowering.preprocess import BACKEND_ID
 from etmlx.lowering.registry import check_node, getitem_source, mark_constants, op_name
 
+from .fused_calls import retarget_fused_calls
 from .report import PartitionReport
 
 log = logging.getLogger("etmlx")
@@ -56,6 +57,9 @@ class MlxPartitioner(Partitioner):
         super().__init__()
         self.delegation_spec = DelegationSpec(BACKEND_ID, [])
         self.report = PartitionReport()
+
+    def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
+        return retarget_fused_calls(exported_program, self.report)
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         mark_constants(exported_program)

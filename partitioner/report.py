@@ -7,11 +7,16 @@ from dataclasses import dataclass, field
 @dataclass
 class OperatorReport:
     delegated: int = 0
-    declined: list = field(default_factory=list)  # [(node name, reason)]
+    declined: list = field(default_factory=list)  # [(node name, reason)]: left outside MLX
+    decomposed: list = field(default_factory=list)  # [(node name, reason)]: fused op not kept whole
 
 
 @dataclass
 class PartitionReport:
+    """Per operator: calls MLX took, calls left to the CPU fallback, and fused calls
+    (attention, roll) that MLX could not take whole and that were decomposed into
+    primitives — which MLX may then take one by one."""
+
     operators: dict = field(default_factory=lambda: defaultdict(OperatorReport))
 
     def record(self, operator: str, node_name: str, reason) -> None:
@@ -21,18 +26,22 @@ class PartitionReport:
         else:
             entry.declined.append((node_name, reason))
 
+    def record_decomposed(self, operator: str, node_name: str, reason: str) -> None:
+        self.operators[operator].decomposed.append((node_name, reason))
+
     @property
     def fully_delegated(self) -> bool:
         return all(not entry.declined for entry in self.operators.values())
 
-    def declined_calls(self) -> int:
-        return sum(len(entry.declined) for entry in self.operators.values())
+    def _count(self, kind: str) -> int:
+        return sum(len(getattr(entry, kind)) for entry in self.operators.values())
 
     def merge(self, other: "PartitionReport") -> None:
         for operator, entry in other.operators.items():
             mine = self.operators[operator]
             mine.delegated += entry.delegated
             mine.declined.extend(entry.declined)
+            mine.decomposed.extend(entry.decomposed)
 
     def declined_lines(self):
         for operator, entry in sorted(self.operators.items()):
@@ -41,26 +50,35 @@ class PartitionReport:
 
     def summary(self) -> str:
         """One line: what a user must know even without asking for the report."""
+        decomposed = self._count("decomposed")
+        note = f"; {decomposed} fused call(s) decomposed first (--report says why)" if decomposed else ""
         if self.fully_delegated:
             total = sum(e.delegated for e in self.operators.values())
-            return f"etmlx: all {total} operator calls delegated to MLX"
+            return f"etmlx: all {total} operator calls delegated to MLX{note}"
         declined = sorted(op for op, e in self.operators.items() if e.declined)
         return (
-            f"etmlx: {self.declined_calls()} operator call(s) not delegated to MLX and run on the "
-            f"CPU fallback: {', '.join(declined)} (etmlx export --report for reasons)"
+            f"etmlx: {self._count('declined')} operator call(s) not delegated to MLX and run on the "
+            f"CPU fallback: {', '.join(declined)} (etmlx export --report for reasons){note}"
         )
 
     def to_text(self) -> str:
-        lines = [f"{'operator':<48} {'delegated':>9} {'declined':>8}"]
+        lines = [f"{'operator':<48} {'delegated':>9} {'declined':>8} {'decomposed':>10}"]
         for operator in sorted(self.operators):
             entry = self.operators[operator]
-            lines.append(f"{operator:<48} {entry.delegated:>9} {len(entry.declined):>8}")
-            for node_name, reason in entry.declined:
-                lines.append(f"    {node_name}: {reason}")
+            lines.append(
+                f"{operator:<48} {entry.delegated:>9} {len(entry.declined):>8} {len(entry.decomposed):>10}"
+            )
+            for kind in ("declined", "decomposed"):
+                for node_name, reason in getattr(entry, kind):
+                    lines.append(f"    {node_name} ({kind}): {reason}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
         return {
-            op: {"delegated": e.delegated, "declined": [{"node": n, "reason": r} for n, r in e.declined]}
+            op: {
+                "delegated": e.delegated,
+                "declined": [{"node": n, "reason": r} for n, r in e.declined],
+                "decomposed": [{"node": n, "reason": r} for n, r in e.decomposed],
+            }
             for op, e in sorted(self.operators.items())
         }

@@ -5,7 +5,7 @@ import mlx.core as mx
 import numpy as np
 
 from etmlx.serializer import deserialize
-from etmlx.serializer.ir import OP_NAMES
+from etmlx.serializer.ir import OP_NAMES, TidT, read_operands
 
 from .backends import register_backend
 from .errors import ExecutionError
@@ -27,11 +27,12 @@ class MlxDelegate:
         for constant in graph.constants or []:
             if constant.key not in arrays:
                 arrays[constant.key] = _named_array(constant, named_data)
-        self._constants = [(c.slot, arrays[c.key]) for c in graph.constants or []]
+        constants = {c.slot: arrays[c.key] for c in graph.constants or []}
+        self._steps = _hoist_constant_nodes([_step(node) for node in graph.nodes or []], constants)
+        self._constants = list(constants.items())
         self._buffers = [_named_array(b.initial, named_data) for b in graph.buffers or []]
         self._buffer_slots = [b.initial.slot for b in graph.buffers or []]
         self._buffer_updates = [(i, b.update) for i, b in enumerate(graph.buffers or []) if b.hasUpdate]
-        self._steps = [_step(node) for node in graph.nodes or []]
         self.num_inputs = len(graph.inputs or [])
         self.num_outputs = len(graph.outputs or [])
 
@@ -69,6 +70,24 @@ class MlxDelegate:
             raise ExecutionError(f"MLX delegate failed: {error}") from error
         for target, value in zip(args[self.num_inputs :], outputs):
             target.set_mx(value)
+
+
+def _hoist_constant_nodes(steps: list, constants: dict) -> list:
+    """Evaluates, once at load, every node that reads only constants (scalars, fills,
+    ops on weights), adding its result to ``constants``; returns the steps left to run
+    per call."""
+    env = Env(0, 0)
+    env.tensors = constants  # a dict works: Env reads tensors[slot]
+    remaining = []
+    for step in steps:
+        handler, op, out, is_int = step
+        reads = list(read_operands(op))
+        if is_int or not all(isinstance(ref, TidT) and ref.idx in constants for _, ref in reads):
+            remaining.append(step)
+            continue
+        constants[out] = handler(op, env)
+        mx.eval(constants[out])
+    return remaining
 
 
 def _step(node):

@@ -30,6 +30,22 @@ def int_or_slot(value: int, is_slot: bool = False) -> IntOrSlotT:
     return ref
 
 
+WRITTEN_FIELDS = ("out", "outInt")
+
+
+def read_operands(op):
+    """Yields ``(field name, TidT | IntOrSlotT)`` for every slot the node table ``op``
+    reads, by the schema's conventions: ``out``/``outInt`` are written, not read; an
+    operand ``x`` is absent when the table has ``hasX`` false; literal sizes are skipped."""
+    fields = vars(op)
+    for name, value in fields.items():
+        if name in WRITTEN_FIELDS or fields.get("has" + name[:1].upper() + name[1:], True) is False:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, TidT) or (isinstance(item, IntOrSlotT) and item.isSlot):
+                yield name, item
+
+
 def node_type(node) -> str:
     """The IR name of a node (``"Add"`` for a Binary add, ``"Sdpa"``, ...).
 

@@ -8,9 +8,7 @@ operand ``x`` is absent when the table's ``hasX`` is false; ``op`` is the table'
 """
 
 from .errors import PayloadError
-from .ir import DTYPE_NAMES, OP_NAMES, IntOrSlotT, TidT, _enum_names, op_enum
-
-_WRITTEN = ("out", "outInt")
+from .ir import DTYPE_NAMES, OP_NAMES, WRITTEN_FIELDS, IntOrSlotT, TidT, _enum_names, op_enum, read_operands
 
 
 class _Slots:
@@ -78,19 +76,16 @@ def _check_node(node, index: int, tensors: _Slots, ints: _Slots) -> None:
         raise PayloadError(f"node {index}: unknown node type {node.opType}")
     where = f"node {index} ({table})"
     fields = vars(node.op)
-    writes = []
-    for name, value in fields.items():
-        if name == "op":
-            if value not in _enum_names(op_enum(table)):
-                raise PayloadError(f"{where}: unknown {table}Op {value}")
-        elif name == "dtype":
-            _check_dtype(value, where)
-        elif name in _WRITTEN:
-            writes.append((name, value))
-        elif fields.get("has" + name[:1].upper() + name[1:], True) is False:
-            continue  # optional operand that is absent
+    if "op" in fields and fields["op"] not in _enum_names(op_enum(table)):
+        raise PayloadError(f"{where}: unknown {table}Op {fields['op']}")
+    if "dtype" in fields:
+        _check_dtype(fields["dtype"], where)
+    for name, item in read_operands(node.op):
+        if isinstance(item, TidT):
+            tensors.read(item.idx, f"{where} {name}")
         else:
-            _check_read(value, name, where, tensors, ints)
+            ints.read(item.value, f"{where} {name}")
+    writes = [(name, value) for name, value in fields.items() if name in WRITTEN_FIELDS]
     if not writes:
         raise PayloadError(f"{where}: writes no slot")
     for name, value in writes:
@@ -100,12 +95,3 @@ def _check_node(node, index: int, tensors: _Slots, ints: _Slots) -> None:
             ints.write(value.value, where)
         else:
             raise PayloadError(f"{where}: missing result slot")
-
-
-def _check_read(value, name: str, where: str, tensors: _Slots, ints: _Slots) -> None:
-    items = value if isinstance(value, list) else [value]
-    for item in items:
-        if isinstance(item, TidT):
-            tensors.read(item.idx, f"{where} {name}")
-        elif isinstance(item, IntOrSlotT) and item.isSlot:
-            ints.read(item.value, f"{where} {name}")

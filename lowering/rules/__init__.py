@@ -1,6 +1,7 @@
 """Lowering rules, one module per op family. Importing this package registers them."""
 
 from . import (  # noqa: F401
+    attention,
     convolution,
     creation,
     elementwise,

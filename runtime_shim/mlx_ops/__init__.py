@@ -4,8 +4,8 @@ Each module exports ``HANDLERS``: table name -> ``handler(op, env)`` returning t
 value of the node's ``out`` (an mx.array) or ``outInt`` (an int).
 """
 
-from . import convolution, creation, elementwise, matmul, normalization, reduction, shape, sizes
+from . import attention, convolution, creation, elementwise, matmul, normalization, reduction, shape, sizes
 
 HANDLERS = {}
-for _family in (convolution, creation, elementwise, matmul, normalization, reduction, shape, sizes):
+for _family in (attention, convolution, creation, elementwise, matmul, normalization, reduction, shape, sizes):
     HANDLERS.update(_family.HANDLERS)

@@ -31,6 +31,8 @@ class Op(object):
     Arange = 24
     SymSize = 25
     IntBinary = 26
+    Sdpa = 27
+    Roll = 28
 
 def OpCreator(unionType, table):
     from flatbuffers.table import Table
@@ -114,4 +116,10 @@ def OpCreator(unionType, table):
     if unionType == Op().IntBinary:
         import etmlx.serializer.generated.etmlx_ir.IntBinary
         return etmlx.serializer.generated.etmlx_ir.IntBinary.IntBinaryT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op().Sdpa:
+        import etmlx.serializer.generated.etmlx_ir.Sdpa
+        return etmlx.serializer.generated.etmlx_ir.Sdpa.SdpaT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op().Roll:
+        import etmlx.serializer.generated.etmlx_ir.Roll
+        return etmlx.serializer.generated.etmlx_ir.Roll.RollT.InitFromBuf(table.Bytes, table.Pos)
     return None

@@ -1,0 +1,154 @@
+"""Scaled dot-product attention on ``mx.fast.scaled_dot_product_attention``, and roll.
+
+``sdpa_reason`` decides, from example values alone, whether MLX's fused kernel
+computes exactly what PyTorch does for one call. The partitioner asks it before
+decomposition (to retarget the call to ``etmlx::sdpa``) and lowering asks it again
+for the custom op: one decision, two places.
+
+Known differences the checks guard against:
+- the kernel takes rank 4 only: rank 2 and 3 get leading dims added (front: at rank 3
+  dim 0 is already the head dim) and squeezed away after;
+- MLX's causal mask is anchored bottom-right, PyTorch's top-left: equal only when the
+  query and key lengths are equal;
+- a fully masked row is 0 in PyTorch (safe softmax) but NaN or an average in MLX:
+  lowering zeroes such rows after the kernel unless a constant mask has none.
+"""
+
+import math
+from typing import Optional
+
+import torch
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+from etmlx.serializer.generated.etmlx_ir import Binary, ExpandDims, Reduce, Roll, Scalar, Sdpa, Squeeze, Where
+from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
+from etmlx.serializer.generated.etmlx_ir.ReduceOp import ReduceOp
+
+from ..dtypes import FLOATING, ir_dtype
+from ..registry import lowers
+from .common import rank_of
+
+
+def _same(a, b) -> bool:
+    return statically_known_true(a == b)
+
+
+def sdpa_reason(q, k, v, mask, dropout_p=0.0, is_causal=False, enable_gqa=False) -> Optional[str]:
+    """None when the fused kernel computes this call exactly; otherwise why not."""
+    rank = q.dim()
+    if not 2 <= rank <= 4:
+        return f"rank {rank} attention (the MLX kernel takes rank 4; etmlx adapts ranks 2 and 3)"
+    if k.dim() != rank or v.dim() != rank:
+        return "q, k and v of different ranks"
+    if dropout_p != 0.0:
+        return f"dropout_p={dropout_p}"
+    if q.dtype not in FLOATING or k.dtype != q.dtype or v.dtype != q.dtype:
+        return f"dtypes {q.dtype}/{k.dtype}/{v.dtype} (the kernel takes float32, float16, bfloat16 alike)"
+    if mask is not None and mask.dtype not in (torch.bool, q.dtype):
+        return f"a {mask.dtype} mask with {q.dtype} inputs"
+    if mask is not None and mask.dim() > 4:
+        return "a mask of rank above 4"
+    if rank == 4 and not (_same(q.shape[0], k.shape[0]) and _same(q.shape[0], v.shape[0])):
+        return "unequal batch sizes among q, k, v"
+    if not _same(k.shape[-2], v.shape[-2]) or not _same(q.shape[-1], k.shape[-1]):
+        return "k/v lengths or q/k head dims differ"
+    if rank >= 3:
+        reason = _heads_reason(q.shape[-3], k.shape[-3], v.shape[-3], enable_gqa)
+        if reason:
+            return reason
+    if is_causal and not _same(q.shape[-2], k.shape[-2]):
+        return "is_causal with query length != key length (MLX anchors the causal mask bottom-right)"
+    if is_causal and mask is not None:
+        return "is_causal together with a mask"
+    if any(_same(size, 0) for size in (q.shape[-2], k.shape[-2], q.shape[-1])):
+        return "an empty query, key or head dim"
+    if not isinstance(q.shape[-1], int):
+        return "a dynamic head dim (the default scale depends on it)"
+    return None
+
+
+def _heads_reason(q_heads, k_heads, v_heads, enable_gqa) -> Optional[str]:
+    if not _same(k_heads, v_heads):
+        return "k and v with different head counts"
+    if _same(k_heads, q_heads) or _same(k_heads, 1):
+        return None  # equal heads, or one k/v head broadcast (what MLX's MQA computes)
+    if not (isinstance(q_heads, int) and isinstance(k_heads, int)):
+        return "dynamic head counts"
+    if k_heads == 0 or q_heads % k_heads:
+        return f"{k_heads} key/value heads for {q_heads} query heads"
+    if not enable_gqa:
+        return "different head counts without enable_gqa"
+    return None
+
+
+def _values(node, count):
+    return [a.meta["val"] if hasattr(a, "meta") else a for a in list(node.args[:count])]
+
+
+def _check_sdpa(node):
+    q, k, v, mask, is_causal, _ = _values(node, 6)
+    return sdpa_reason(q, k, v, mask, is_causal=is_causal, enable_gqa=True)
+
+
+@lowers("etmlx::sdpa", check=_check_sdpa)
+def _lower_sdpa(ctx, node):
+    q, k, v, mask, is_causal, scale = node.args[:6]
+    missing = 4 - rank_of(q)
+    lead = list(range(missing))
+
+    def to_rank4(arg):
+        """Leading dims at the front; a lower-rank mask already broadcasts as it is."""
+        slot = ctx.tensor(arg)
+        return ctx.emit(ExpandDims, x=slot, axes=lead) if missing and rank_of(arg) == rank_of(q) else slot
+
+    fields = dict(q=to_rank4(q), k=to_rank4(k), v=to_rank4(v), causal=bool(is_causal), scale=float(scale))
+    if mask is not None:
+        fields.update(mask=to_rank4(mask), hasMask=True)
+    out = ctx.emit(Sdpa, **fields)
+    if mask is not None and _may_mask_whole_rows(ctx, mask):
+        out = _zero_fully_masked_rows(ctx, out, fields["mask"], mask.meta["val"].dtype, q.meta["val"].dtype)
+    if missing:
+        out = ctx.emit(Squeeze, x=out, axes=lead)
+    ctx.bind(node, out)
+
+
+def _may_mask_whole_rows(ctx, mask) -> bool:
+    """False only for a constant mask (a registered causal mask, say) that leaves every
+    query some key: then the fix-up below is dropped at export."""
+    if not ctx.is_constant(mask):
+        return True
+    value = ctx.constant_values[mask]
+    attended = value if value.dtype == torch.bool else value != -math.inf
+    return not bool(attended.any(dim=-1).all())
+
+
+def _zero_fully_masked_rows(ctx, out, mask_slot, mask_dtype, out_dtype):
+    """PyTorch returns 0 for a query that may attend to no key; MLX returns NaN (additive
+    mask) or an average (boolean mask). Costs one pass over the mask."""
+    attended = mask_slot
+    if mask_dtype != torch.bool:
+        minus_inf = ctx.emit(Scalar, value=-math.inf, dtype=ir_dtype(mask_dtype))
+        attended = ctx.emit(Binary, op=BinaryOp.NotEqual, a=mask_slot, b=minus_inf)
+    any_key = ctx.emit(Reduce, op=ReduceOp.Any, x=attended, axes=[-1], keepdims=True)
+    zero = ctx.emit(Scalar, value=0.0, dtype=ir_dtype(out_dtype))
+    return ctx.emit(Where, cond=any_key, a=out, b=zero)
+
+
+def roll_reason(x, shifts, dims) -> Optional[str]:
+    if not dims or len(shifts) != len(dims):
+        return "roll over the flattened tensor, or with shifts and dims of different lengths"
+    if not all(isinstance(v, int) for v in (*shifts, *dims)):
+        return "roll by a dynamic shift"
+    return None
+
+
+def _check_roll(node):
+    x, shifts, dims = node.args[:3]
+    return roll_reason(x.meta["val"], shifts, dims)
+
+
+@lowers("etmlx::roll", check=_check_roll)
+def _lower_roll(ctx, node):
+    x, shifts, dims = node.args[:3]
+    axes = [d + rank_of(x) if d < 0 else d for d in dims]
+    ctx.bind(node, ctx.emit(Roll, x=ctx.tensor(x), shifts=list(shifts), axes=axes))

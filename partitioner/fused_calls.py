@@ -1,0 +1,137 @@
+"""Per-call retargeting of fused ops, before decomposition.
+
+ExecuTorch's ``ops_to_not_decompose`` keeps an operator whole for every call once any
+call is claimed, and its per-node filter breaks ordinary attention blocks (DESIGN.md).
+Instead each call that MLX accepts is rewritten to an ``etmlx::`` custom op, which no
+decomposition touches; declined calls stay aten and decompose into primitives that
+MLX claims one by one. The acceptance test is the lowering rule's own check.
+"""
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import fx
+
+import etmlx.lowering.custom_ops  # noqa: F401  (registers torch.ops.etmlx.*)
+from etmlx.lowering.rules.attention import roll_reason, sdpa_reason
+
+from .report import PartitionReport
+
+aten = torch.ops.aten
+
+
+@dataclass(frozen=True)
+class FusedOp:
+    aten_op: object
+    reason: Callable  # (node) -> reason or None
+    rewrite: Callable  # (graph, node) -> new node computing the same value
+
+
+def _val(arg):
+    return arg.meta["val"] if isinstance(arg, fx.Node) else arg
+
+
+def _sdpa_args(node):
+    names = ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"]
+    defaults = [None, None, None, None, 0.0, False, None, False]
+    args = dict(zip(names, defaults))
+    args.update(zip(names, node.args))
+    args.update(node.kwargs)
+    return args
+
+
+def _unrepeated(node: fx.Node, q_heads: int):
+    """The k/v tensor before a head repeat (``repeat_interleave`` on dim 1, or
+    Hugging Face's ``repeat_kv``: unsqueeze(2) -> expand -> reshape), else None.
+    Only called at rank 4, the one rank where dim 1 is the head dim."""
+    if node.target == aten.repeat_interleave.self_int and node.args[2:3] == (1,):
+        return node.args[0]
+    if node.target in (aten.reshape.default, aten.view.default, aten._unsafe_view.default):
+        expand = node.args[0]
+        if isinstance(expand, fx.Node) and expand.target == aten.expand.default:
+            unsqueeze = expand.args[0]
+            if isinstance(unsqueeze, fx.Node) and unsqueeze.target == aten.unsqueeze.default:
+                if unsqueeze.args[1] == 2 and _val(unsqueeze.args[0]).dim() == 4:
+                    return unsqueeze.args[0]
+    return None
+
+
+def _absorbed_repeats(args):
+    """k and v without their head repeat, when both carry the same absorbable one."""
+    q, k, v = args["query"], args["key"], args["value"]
+    if _val(q).dim() != 4 or not all(isinstance(t, fx.Node) for t in (k, v)):
+        return k, v
+    k_src, v_src = _unrepeated(k, _val(q).shape[1]), _unrepeated(v, _val(q).shape[1])
+    if k_src is None or v_src is None or _val(k_src).shape[1] != _val(v_src).shape[1]:
+        return k, v
+    return k_src, v_src
+
+
+def _sdpa_reason(node):
+    a = _sdpa_args(node)
+    k, v = _absorbed_repeats(a)
+    return sdpa_reason(
+        _val(a["query"]), _val(k), _val(v), _val(a["attn_mask"]),
+        a["dropout_p"], a["is_causal"], a["enable_gqa"] or k is not a["key"],
+    )
+
+
+def _sdpa_rewrite(graph: fx.Graph, node: fx.Node) -> fx.Node:
+    a = _sdpa_args(node)
+    k, v = _absorbed_repeats(a)
+    scale = a["scale"] if a["scale"] is not None else 1.0 / math.sqrt(_val(a["query"]).shape[-1])
+    return graph.call_function(
+        torch.ops.etmlx.sdpa.default, (a["query"], k, v, a["attn_mask"], bool(a["is_causal"]), float(scale))
+    )
+
+
+def _roll_args(node):
+    x, shifts = node.args[:2]
+    dims = node.args[2] if len(node.args) > 2 else node.kwargs.get("dims", [])
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return x, shifts, dims
+
+
+def _roll_reason(node):
+    x, shifts, dims = _roll_args(node)
+    from etmlx.lowering.dtypes import unsupported_dtype_reason
+
+    return unsupported_dtype_reason(_val(x).dtype) or roll_reason(_val(x), shifts, dims)
+
+
+def _roll_rewrite(graph, node):
+    return graph.call_function(torch.ops.etmlx.roll.default, _roll_args(node))
+
+
+FUSED_OPS = [
+    FusedOp(aten.scaled_dot_product_attention.default, _sdpa_reason, _sdpa_rewrite),
+    FusedOp(aten.roll.default, _roll_reason, _roll_rewrite),
+]
+
+
+def retarget_fused_calls(program, report: PartitionReport):
+    """Rewrites, in place, each accepted call of a fused op; records declined ones."""
+    graph = program.graph_module.graph
+    by_target = {op.aten_op: op for op in FUSED_OPS}
+    changed = False
+    for node in list(graph.nodes):
+        fused = by_target.get(node.target) if node.op == "call_function" else None
+        if fused is None:
+            continue
+        reason = fused.reason(node)
+        if reason is not None:
+            report.record_decomposed(node.target.name(), node.name, reason)
+            continue
+        with graph.inserting_before(node):
+            replacement = fused.rewrite(graph, node)
+        replacement.meta = dict(node.meta)
+        node.replace_all_uses_with(replacement)
+        graph.erase_node(node)
+        changed = True
+    if changed:
+        graph.eliminate_dead_code()
+        program.graph_module.recompile()
+    return program
