@@ -9,6 +9,7 @@ runs the payload with the MLX delegate, so those rules are still checked against
 
 import mlx.core as mx
 import numpy as np
+import pytest
 import torch
 from executorch.exir._serialize._named_data_store import NamedDataStore
 from lowering_harness import assert_close, check_parity, lower
@@ -22,6 +23,22 @@ from etmlx.serializer.ir import node_type
 
 FLOATS = [torch.float32, torch.float16, torch.bfloat16]
 DTYPE_IDS = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+
+
+
+def dtype_shape_cases(shapes, dtypes=FLOATS):
+    """Pairs that cover every dtype and every shape once each, not their product: an
+    export costs most of a second, and the rules do not mix dtype with shape."""
+    count = max(len(shapes), len(dtypes))
+    return [
+        pytest.param(dtypes[i % len(dtypes)], shapes[i % len(shapes)], id=f"{_dtype_id(dtypes[i % len(dtypes)])}-{shapes[i % len(shapes)]}")
+        for i in range(count)
+    ]
+
+
+def _dtype_id(dtype) -> str:
+    return DTYPE_IDS.get(dtype, str(dtype).replace("torch.", ""))
+
 
 # Operators some test in this session saw lowered, for the per-family coverage tests.
 DELEGATED: set = set()
