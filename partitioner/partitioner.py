@@ -51,14 +51,21 @@ def _produces_int(node) -> bool:
 
 
 class MlxPartitioner(Partitioner):
-    """Claims every call whose lowering rule accepts it; the rest stays with ExecuTorch."""
+    """Claims every call whose lowering rule accepts it; the rest stays with ExecuTorch.
 
-    def __init__(self):
+    ``keep_fused=False`` lets every fused op (attention, roll) decompose, as if MLX had
+    declined it: for comparing the fused kernel with its decomposition.
+    """
+
+    def __init__(self, keep_fused: bool = True):
         super().__init__()
+        self.keep_fused = keep_fused
         self.delegation_spec = DelegationSpec(BACKEND_ID, [])
         self.report = PartitionReport()
 
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
+        if not self.keep_fused:
+            return exported_program
         return retarget_fused_calls(exported_program, self.report)
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
