@@ -2,8 +2,11 @@ import mlx.core as mx
 
 
 def _slice(op, env):
+    """PyTorch clamps slice bounds to the dim (an open end arrives as INT64_MAX);
+    MLX rejects indices that do not fit 32 bits, so clamp as Python's slice does."""
     x = env.t(op.x)
-    index = [slice(None)] * op.axis + [slice(env.size(op.start), env.size(op.stop), op.step)]
+    start, stop, step = slice(env.size(op.start), env.size(op.stop), op.step).indices(x.shape[op.axis])
+    index = [slice(None)] * op.axis + [slice(start, stop, step)]
     return x[tuple(index)]
 
 

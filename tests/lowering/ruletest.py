@@ -59,9 +59,17 @@ def _module(module_or_fn):
     return module_or_fn if isinstance(module_or_fn, torch.nn.Module) else Fn(module_or_fn)
 
 
-def delegated(module_or_fn, inputs, nodes=(), exact=None, **kwargs):
+def _dynamic_shapes(module, dynamic_shapes):
+    """``Fn.forward`` takes ``*args``: torch.export wants its specs under that name."""
+    if dynamic_shapes is not None and isinstance(module, Fn):
+        return {"args": tuple(dynamic_shapes)}
+    return dynamic_shapes
+
+
+def delegated(module_or_fn, inputs, nodes=(), exact=None, dynamic_shapes=None, **kwargs):
     """``check_parity`` plus: nothing left outside MLX, and the expected IR nodes ran."""
-    lowered = check_parity(_module(module_or_fn), tuple(inputs), **kwargs)
+    module = _module(module_or_fn)
+    lowered = check_parity(module, tuple(inputs), _dynamic_shapes(module, dynamic_shapes), **kwargs)
     assert lowered.kernels == [], f"left outside MLX: {lowered.kernels}\n{lowered.report.to_text()}"
     if exact is not None:
         assert lowered.nodes == exact
@@ -76,7 +84,7 @@ def declined(module_or_fn, inputs, operator, dynamic_shapes=None):
     eager; returns the reason. Compared with torch's default tolerances per dtype, since
     the harness has none for float64."""
     module = _module(module_or_fn).eval()
-    lowered = lower(module, tuple(inputs), dynamic_shapes)
+    lowered = lower(module, tuple(inputs), _dynamic_shapes(module, dynamic_shapes))
     with torch.no_grad():
         torch.testing.assert_close(lowered.program.forward(*inputs), module(*inputs))
     entry = lowered.report.operators[operator]

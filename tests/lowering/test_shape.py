@@ -1,0 +1,184 @@
+"""Parity of the shape rules: views, permutations, slicing, concatenation, gathers,
+static and dynamic (SymInt sizes read at run time)."""
+
+import pytest
+import torch
+from torch.export import Dim
+from ruletest import FLOATS, declined, delegated, dtype_shape_cases, lowered_directly, untested_rules
+
+aten = torch.ops.aten
+
+
+@pytest.mark.parametrize("dtype,shape", dtype_shape_cases([(2, 3, 4), (1, 5, 2), (4, 1, 6)]))
+def test_view_permute_unsqueeze_squeeze(dtype, shape):
+    x = torch.randn(shape, dtype=dtype)
+    a, b, c = shape
+
+    def fn(x):
+        return (
+            x.view(a * b, c),
+            x.reshape(-1),
+            x.permute(2, 0, 1),
+            x.transpose(-1, 0),
+            x.mT,
+            x.unsqueeze(-1),
+            x.unsqueeze(1),
+            x.unsqueeze(0).squeeze(0),
+            x[:, None].squeeze(),  # squeezes every size-1 dim
+            x.squeeze(1),
+            x.clone(),
+            x.to(torch.float32) + 1,
+            x.to(torch.int32),
+        )
+
+    delegated(fn, (x,), nodes=["Reshape", "Transpose", "ExpandDims", "Squeeze", "AsType"])
+
+
+@pytest.mark.parametrize("dtype,shape", dtype_shape_cases([(6, 7), (5, 4, 9)]))
+def test_slice_and_select(dtype, shape):
+    x = torch.randn(shape, dtype=dtype)
+
+    def fn(x):
+        return (
+            x[1:],
+            x[-2:],
+            x[:-1],
+            x[::2],
+            x[:, 1::3],
+            x[..., -3:-1],
+            x[:, None:None:2],
+            x[:, :100],  # an end past the size clamps
+            x[:, -100:2],
+            x.narrow(-1, 1, 2),
+            x[-1],
+            x[:, -2],
+            x[1, 2],
+        )
+
+    lowered = delegated(fn, (x,), nodes=["Slice", "Squeeze"])
+    assert set(lowered.nodes) <= {"Slice", "Squeeze"}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64], ids=str)
+def test_split_unbind_cat_stack(dtype):
+    x = torch.arange(2 * 5 * 3).reshape(2, 5, 3).to(dtype)
+    y = torch.arange(2 * 2 * 3).reshape(2, 2, 3).to(dtype)
+
+    def fn(x, y):
+        return (
+            *x.split(2, dim=1),  # uneven: 2, 2, 1
+            *x.split([1, 4], dim=-2),
+            *aten.split_copy.Tensor(x, 3, 1),
+            *x.unbind(0),
+            *x.unbind(-1),
+            *x.chunk(2, dim=1),
+            torch.cat([x, y, x], dim=1),
+            torch.cat([x, x], dim=-1),
+            torch.stack([x, x], dim=1),
+        )
+
+    delegated(fn, (x, y), nodes=["Slice", "Squeeze", "Concatenate"])
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_expand(dtype):
+    x = torch.randn(3, 1, dtype=dtype)
+
+    def fn(x):
+        return x.expand(4, -1, 5), x.expand(3, 2), x[:, None].expand(-1, 5, 2), x.expand_as(torch.empty(2, 3, 7))
+
+    delegated(fn, (x,), exact=["BroadcastTo", "BroadcastTo", "ExpandDims", "BroadcastTo", "BroadcastTo"])
+
+
+@pytest.mark.parametrize("weight_dtype,index_dtype", [(torch.float32, torch.int64), (torch.float16, torch.int32), (torch.bfloat16, torch.int64)], ids=str)
+def test_embedding_and_index_select(weight_dtype, index_dtype):
+    embedding = torch.nn.Embedding(10, 4).to(weight_dtype)
+    x = torch.randn(3, 6, 7, dtype=weight_dtype)
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = embedding
+
+        def forward(self, tokens, index):
+            return self.embedding(tokens), x.index_select(1, index), torch.index_select(x, -1, index[:1])
+
+    tokens = torch.tensor([[1, 9, 0], [4, 4, 7]], dtype=index_dtype)
+    index = torch.tensor([5, 0, 2, 2], dtype=index_dtype)
+    delegated(M(), (tokens, index), nodes=["Take"])
+
+
+# ---------------------------------------------------------------- dynamic shapes
+def test_dynamic_view_expand_slice():
+    seq = Dim("seq", min=4, max=64)
+
+    def fn(x, y):
+        batch, n, d = x.shape
+        return (
+            x.reshape(-1, d) * 2,
+            x.flatten(1),
+            x.view(batch, n, 2, d // 2).transpose(1, 2),
+            y.expand(batch, n, d) + x,
+            x[:, 1:],
+            x[:, : n - 1],
+            x[:, -2:],  # a negative start on a dynamic dim
+            x[:, ::2],
+            x.unsqueeze(1).expand(-1, 3, -1, -1),
+        )
+
+    x, y = torch.randn(2, 5, 4), torch.randn(1, 1, 4)
+    lowered = delegated(
+        fn,
+        (x, y),
+        dynamic_shapes=({1: seq}, None),
+        run_with=[(torch.randn(2, 9, 4), y), (torch.randn(2, 4, 4), y)],
+        nodes=["Reshape", "BroadcastTo", "Slice", "SymSize"],
+    )
+    assert lowered.kernels == []
+
+
+def test_dynamic_batch_and_seq_cat_and_select():
+    batch, seq = Dim("batch", min=1, max=8), Dim("seq", min=2, max=32)
+
+    def fn(x):
+        return torch.cat([x, x * 2], dim=1), x[:, 0], x[0], torch.cat([x, x], dim=0).sum(0)
+
+    x = torch.randn(2, 3, 4)
+    delegated(
+        fn,
+        (x,),
+        dynamic_shapes=({0: batch, 1: seq},),
+        run_with=[(torch.randn(3, 7, 4),), (torch.randn(1, 2, 4),)],
+        nodes=["Concatenate", "Slice", "Squeeze"],
+    )
+
+
+def test_negative_select_on_a_dynamic_dim_is_declined_but_correct():
+    seq = Dim("seq", min=2, max=32)
+    reason = declined(
+        lambda x: x[:, -1] * 2, (torch.randn(2, 5, 3),), "aten::select_copy.int", dynamic_shapes=({1: seq},)
+    )
+    assert "negative" in reason
+
+
+def test_rules_that_edge_decomposes_lowered_directly():
+    """Functionalization and edge's decompositions never produce these today; their
+    rules must still compute what eager does."""
+    x = torch.randn(2, 1, 3)
+    m = torch.randn(4, 5)
+    assert lowered_directly(lambda x: aten.reshape.default(x, [3, 2]), (x,)) == ["Reshape"]
+    assert lowered_directly(lambda x: aten._unsafe_view.default(x, [6]), (x,)) == ["Reshape"]
+    assert lowered_directly(lambda m, v: (aten.t_copy.default(m), aten.t_copy.default(v)), (m, m[0])) == ["Transpose"]
+    assert lowered_directly(lambda x: aten.transpose_copy.int(x, 0, -1), (x,)) == ["Transpose"]
+    assert lowered_directly(lambda x: aten.squeeze_copy.dim(x, 1), (x,)) == ["Squeeze"]
+    assert lowered_directly(lambda x: aten.squeeze_copy.default(x), (x,)) == ["Squeeze"]
+    assert lowered_directly(lambda x: aten.squeeze_copy.dim(x, 0), (x,)) == []  # size 2: no-op
+    assert lowered_directly(lambda x: aten.squeeze_copy.dims(x, [0, 1]), (x,)) == ["Squeeze"]
+    assert lowered_directly(lambda x: aten.unbind_copy.int(x, -1), (x,)) == ["Slice", "Squeeze"] * 3
+    assert lowered_directly(lambda x: aten.clone.default(x), (x,)) == []
+    assert lowered_directly(lambda x: aten.detach_copy.default(x), (x,)) == []
+    assert lowered_directly(lambda x: aten._to_copy.default(x, dtype=torch.bfloat16), (x,)) == ["AsType"]
+
+
+def test_every_shape_rule_is_tested(whole_file):
+    assert untested_rules("shape") == set()
