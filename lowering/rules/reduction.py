@@ -20,6 +20,8 @@ REDUCTIONS = {
     "aten::any.dim": ReduceOp.Any,
     "aten::all.dims": ReduceOp.All,
     "aten::all.dim": ReduceOp.All,
+    "aten::any": ReduceOp.Any,
+    "aten::all": ReduceOp.All,
 }
 
 
