@@ -1,0 +1,42 @@
+"""Parity of the matmul rules: mm, bmm, addmm (linear) and batched matmul."""
+
+import pytest
+import torch
+from ruletest import delegated, dtype_shape_cases, lowered_directly, untested_rules
+
+
+@pytest.mark.parametrize("dtype,shapes", dtype_shape_cases([((4, 8), (8, 3)), ((2, 5, 6), (6, 7)), ((2, 3, 4, 5), (2, 3, 5, 2))]))
+def test_matmul(dtype, shapes):
+    a, b = torch.randn(shapes[0], dtype=dtype), torch.randn(shapes[1], dtype=dtype)
+    lowered = delegated(lambda a, b: a @ b, (a, b))
+    assert lowered.nodes.count("Matmul") == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_bmm_and_addmm(dtype):
+    a, b = torch.randn(3, 4, 5, dtype=dtype), torch.randn(3, 5, 2, dtype=dtype)
+    c, m1, m2 = torch.randn(2, dtype=dtype), torch.randn(4, 3, dtype=dtype), torch.randn(3, 2, dtype=dtype)
+
+    def fn(a, b, c, m1, m2):
+        return torch.bmm(a, b), torch.addmm(c, m1, m2), torch.addmm(c, m1, m2, beta=0.5, alpha=2.0)
+
+    delegated(fn, (a, b, c, m1, m2), nodes=["Matmul", "Addmm"])
+
+
+@pytest.mark.parametrize("dtype,shape", dtype_shape_cases([(3, 16), (2, 4, 16)]))
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_linear(dtype, shape, bias):
+    linear = torch.nn.Linear(16, 8, bias=bias).to(dtype)
+    lowered = delegated(linear, (torch.randn(shape, dtype=dtype),))
+    assert ("Addmm" if bias else "Matmul") in lowered.nodes
+    assert "Transpose" not in lowered.nodes  # the weight is stored transposed at export
+
+
+def test_matmul_rule_lowered_directly():
+    """Edge decomposes aten::matmul into mm/bmm before partitioning today."""
+    a, b = torch.randn(2, 3, 4), torch.randn(4, 5)
+    assert lowered_directly(lambda a, b: torch.ops.aten.matmul.default(a, b), (a, b)) == ["Matmul"]
+
+
+def test_every_matmul_rule_is_tested(whole_file):
+    assert untested_rules("matmul") == set()
