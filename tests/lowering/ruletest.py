@@ -120,6 +120,7 @@ def lowered_directly(module_or_fn, inputs, nodes=()):
     with the MLX delegate; checks parity and returns the IR node types."""
     module = _module(module_or_fn).eval()
     program = torch.export.export(module, tuple(inputs))
+    program.graph_module.graph.eliminate_dead_code()  # e.g. the unused indices of a max pool
     store = NamedDataStore()
     graph = lower_program(program, store)
     delegate = MlxDelegate(serialize(graph), _NamedData(store))

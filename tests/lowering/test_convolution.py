@@ -1,0 +1,88 @@
+"""Parity of the convolution and pooling rules (channels-first in PyTorch, channels-last in MLX)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from ruletest import FLOATS, declined, delegated, lowered_directly, untested_rules
+
+CONVS = [
+    # (conv, input shape)
+    (torch.nn.Conv1d(4, 6, 3), (2, 4, 10)),
+    (torch.nn.Conv1d(4, 8, 3, stride=2, padding=2, dilation=2, groups=2, bias=False), (1, 4, 11)),
+    (torch.nn.Conv2d(3, 4, 3, padding=1), (2, 3, 6, 7)),
+    (torch.nn.Conv2d(4, 4, (3, 2), stride=(2, 1), padding=(0, 1), dilation=(1, 2), groups=4), (1, 4, 9, 8)),
+    (torch.nn.Conv3d(2, 3, 2, stride=(1, 2, 1), padding=1, bias=False), (1, 2, 4, 5, 3)),
+]
+
+
+@pytest.mark.parametrize(
+    "index,dtype",
+    [(i, FLOATS[i % 3]) for i in range(len(CONVS))],
+    ids=["1d", "1d-strided-dilated-groups-nobias", "2d-padded", "2d-depthwise-mixed", "3d-nobias"],
+)
+def test_conv(index, dtype):
+    conv, shape = CONVS[index]
+    lowered = delegated(conv.to(dtype), (torch.randn(shape, dtype=dtype),), nodes=["Conv", "Transpose"])
+    assert ("Add" in lowered.nodes) == (conv.bias is not None)
+
+
+def test_conv_with_a_weight_computed_at_run_time():
+    delegated(lambda x, w: F.conv2d(x, w, padding=1), (torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)), nodes=["Conv"])
+
+
+def test_transposed_conv_is_declined_but_correct():
+    conv = torch.nn.ConvTranspose2d(3, 2, 3, stride=2)
+    reason = declined(conv, (torch.randn(1, 3, 4, 4),), "aten::convolution")
+    assert "transposed" in reason
+
+
+POOLS = {
+    "max2d": lambda x: F.max_pool2d(x, 2),
+    "max2d-pad-stride": lambda x: F.max_pool2d(x, 3, stride=2, padding=1),
+    "max2d-ceil": lambda x: F.max_pool2d(x, (3, 2), stride=2, ceil_mode=True),
+    "max1d-pad-ceil": lambda x: F.max_pool1d(x.flatten(2), 3, stride=2, padding=1, ceil_mode=True),
+    "avg2d": lambda x: F.avg_pool2d(x, 2),
+    "avg2d-pad": lambda x: F.avg_pool2d(x, 3, stride=2, padding=1),
+    "avg2d-pad-exclude": lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False),
+    "avg2d-ceil": lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, ceil_mode=True),
+    "avg2d-ceil-exclude": lambda x: F.avg_pool2d(x, 2, stride=2, ceil_mode=True, count_include_pad=False),
+    "avg2d-divisor": lambda x: F.avg_pool2d(x, 2, padding=1, divisor_override=3),
+    "avg1d": lambda x: F.avg_pool1d(x.flatten(2), 4, stride=3, padding=2, count_include_pad=False),
+    "adaptive": lambda x: F.adaptive_avg_pool2d(x, (2, 3)),
+    "adaptive-1": lambda x: F.adaptive_avg_pool2d(x, 1),
+}
+
+
+@pytest.mark.parametrize("dtype,shape", [(torch.float32, (2, 3, 6, 9)), (torch.float16, (1, 2, 4, 6)), (torch.bfloat16, (1, 2, 8, 3))], ids=str)
+def test_pooling(dtype, shape):
+    x = torch.randn(shape, dtype=dtype)
+    delegated(lambda x: tuple(pool(x) for pool in POOLS.values()), (x,), nodes=["Max", "Avg", "Mean"])
+
+
+@pytest.mark.parametrize("name", ["max2d-ceil", "avg2d-ceil-exclude", "avg2d-divisor"])
+def test_pooling_odd_sizes(name):
+    """Sizes where the last ceil_mode window hangs past the input."""
+    delegated(POOLS[name], (torch.randn(1, 2, 7, 5),), nodes=["Transpose"])
+
+
+def test_dilated_max_pool_is_declined_but_correct():
+    reason = declined(lambda x: F.max_pool2d(x, 2, dilation=2), (torch.randn(1, 2, 7, 7),), "aten::max_pool2d_with_indices")
+    assert "dilated" in reason
+
+
+def test_uneven_adaptive_pool_is_declined_but_correct():
+    reason = declined(lambda x: F.adaptive_avg_pool2d(x, 3), (torch.randn(1, 2, 7, 8),), "aten::_adaptive_avg_pool2d")
+    assert "multiple" in reason
+
+
+def test_1d_pool_rules_lowered_directly():
+    """Edge rewrites 1-d pooling as 2-d pooling today."""
+    x = torch.randn(2, 3, 10)
+    aten = torch.ops.aten
+    max1d = lambda x: aten.max_pool1d_with_indices.default(x, [3], [2], [1], [1], True)[0]  # noqa: E731
+    assert "Max" in lowered_directly(max1d, (x,))
+    assert "Avg" in lowered_directly(lambda x: aten.avg_pool1d.default(x, [3], [2], [1], True, False), (x,))
+
+
+def test_every_convolution_rule_is_tested(whole_file):
+    assert untested_rules("convolution") == set()
