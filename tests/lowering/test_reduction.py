@@ -48,7 +48,7 @@ def test_int32_sum_overflowing_int32_is_exact():
     delegated(lambda x: (x.sum(), x.sum(0)), (x,), nodes=["Sum"])
 
 
-@pytest.mark.parametrize("shape", [(3, 4), (2, 3, 4)], ids=str)
+@pytest.mark.parametrize("shape", [(2, 3, 4)], ids=str)
 def test_any_all(shape):
     x = torch.randint(-1, 2, shape)
 

@@ -4,7 +4,7 @@ static and dynamic (SymInt sizes read at run time)."""
 import pytest
 import torch
 from torch.export import Dim
-from ruletest import FLOATS, declined, delegated, dtype_shape_cases, lowered_directly, untested_rules
+from ruletest import declined, delegated, dtype_shape_cases, lowered_directly, untested_rules
 
 aten = torch.ops.aten
 
@@ -59,7 +59,7 @@ def test_slice_and_select(dtype, shape):
     assert set(lowered.nodes) <= {"Slice", "Squeeze"}
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.int64], ids=str)
 def test_split_unbind_cat_stack(dtype):
     x = torch.arange(2 * 5 * 3).reshape(2, 5, 3).to(dtype)
     y = torch.arange(2 * 2 * 3).reshape(2, 2, 3).to(dtype)
@@ -80,7 +80,7 @@ def test_split_unbind_cat_stack(dtype):
     delegated(fn, (x, y), nodes=["Slice", "Squeeze", "Concatenate"])
 
 
-@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_expand(dtype):
     x = torch.randn(3, 1, dtype=dtype)
 
@@ -90,7 +90,7 @@ def test_expand(dtype):
     delegated(fn, (x,), exact=["BroadcastTo", "BroadcastTo", "ExpandDims", "BroadcastTo", "BroadcastTo"])
 
 
-@pytest.mark.parametrize("weight_dtype,index_dtype", [(torch.float32, torch.int64), (torch.float16, torch.int32), (torch.bfloat16, torch.int64)], ids=str)
+@pytest.mark.parametrize("weight_dtype,index_dtype", [(torch.float16, torch.int32), (torch.bfloat16, torch.int64)], ids=str)
 def test_embedding_and_index_select(weight_dtype, index_dtype):
     embedding = torch.nn.Embedding(10, 4).to(weight_dtype)
     x = torch.randn(3, 6, 7, dtype=weight_dtype)
