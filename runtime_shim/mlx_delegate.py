@@ -23,11 +23,13 @@ class MlxDelegate:
     def __init__(self, processed: bytes, named_data):
         graph = deserialize(processed)
         self._graph = graph
-        arrays = {}  # keys are content hashes: equal weights load once
+        # Keys hash the bytes only: all-zero tensors of different dtypes share one.
+        arrays = {}
         for constant in graph.constants or []:
-            if constant.key not in arrays:
-                arrays[constant.key] = _named_array(constant, named_data)
-        constants = {c.slot: arrays[c.key] for c in graph.constants or []}
+            identity = (constant.key, constant.dtype, tuple(constant.shape or []))
+            if identity not in arrays:
+                arrays[identity] = _named_array(constant, named_data)
+        constants = {c.slot: arrays[(c.key, c.dtype, tuple(c.shape or []))] for c in graph.constants or []}
         self._steps = _hoist_constant_nodes([_step(node) for node in graph.nodes or []], constants)
         self._constants = list(constants.items())
         self._buffers = [_named_array(b.initial, named_data) for b in graph.buffers or []]

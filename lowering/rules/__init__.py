@@ -5,9 +5,11 @@ from . import (  # noqa: F401
     convolution,
     creation,
     elementwise,
+    indexing,
     matmul,
     normalization,
     reduction,
+    scan,
     shape,
     sizes,
 )

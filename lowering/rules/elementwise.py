@@ -59,6 +59,9 @@ ARITHMETIC = {
     "aten::remainder.Tensor": BinaryOp.Remainder,
     "aten::remainder.Scalar": BinaryOp.Remainder,
     "aten::floor_divide": BinaryOp.FloorDivide,
+    "aten::bitwise_and.Tensor": BinaryOp.BitwiseAnd,
+    "aten::bitwise_or.Tensor": BinaryOp.BitwiseOr,
+    "aten::bitwise_xor.Tensor": BinaryOp.BitwiseXor,
 }
 
 

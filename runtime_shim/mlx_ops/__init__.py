@@ -4,8 +4,9 @@ Each module exports ``HANDLERS``: table name -> ``handler(op, env)`` returning t
 value of the node's ``out`` (an mx.array) or ``outInt`` (an int).
 """
 
-from . import attention, convolution, creation, elementwise, matmul, normalization, reduction, shape, sizes
+from . import attention, convolution, creation, elementwise, indexing, matmul, normalization, reduction, scan, shape, sizes
 
 HANDLERS = {}
-for _family in (attention, convolution, creation, elementwise, matmul, normalization, reduction, shape, sizes):
+_FAMILIES = (attention, convolution, creation, elementwise, indexing, matmul, normalization, reduction, scan, shape, sizes)
+for _family in _FAMILIES:
     HANDLERS.update(_family.HANDLERS)

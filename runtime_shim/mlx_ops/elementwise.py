@@ -47,6 +47,9 @@ BINARY = {
     BinaryOp.LogicalOr: mx.logical_or,
     BinaryOp.FloorDivide: mx.floor_divide,
     BinaryOp.Remainder: mx.remainder,
+    BinaryOp.BitwiseAnd: mx.bitwise_and,
+    BinaryOp.BitwiseOr: mx.bitwise_or,
+    BinaryOp.BitwiseXor: mx.bitwise_xor,
 }
 
 HANDLERS = {

@@ -128,6 +128,15 @@ def test_comparisons_logic_and_where(dtype, shapes):
         assert node in lowered.nodes
 
 
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int32, torch.int64, torch.uint8])
+def test_bitwise(dtype):
+    a = torch.randint(0, 50, (3, 4)).to(dtype)
+    b = torch.randint(0, 50, (1, 4)).to(dtype)
+    lowered = delegated(lambda a, b: (a & b, a | b, a ^ b), (a, b))
+    for node in ["BitwiseAnd", "BitwiseOr", "BitwiseXor"]:
+        assert node in lowered.nodes
+
+
 def test_half_compared_with_a_scalar_it_cannot_represent():
     """PyTorch rounds the scalar to half first: x == 0.1 is true for half(0.1)."""
     x = torch.tensor([0.1, 0.2, 0.0999], dtype=torch.float16)

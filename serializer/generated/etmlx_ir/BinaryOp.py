@@ -21,3 +21,6 @@ class BinaryOp(object):
     LogicalOr = 14
     FloorDivide = 15
     Remainder = 16
+    BitwiseAnd = 17
+    BitwiseOr = 18
+    BitwiseXor = 19

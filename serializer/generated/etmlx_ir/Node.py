@@ -76,6 +76,8 @@ import etmlx.serializer.generated.etmlx_ir.Concatenate
 import etmlx.serializer.generated.etmlx_ir.Conv
 import etmlx.serializer.generated.etmlx_ir.ExpandDims
 import etmlx.serializer.generated.etmlx_ir.Full
+import etmlx.serializer.generated.etmlx_ir.Index
+import etmlx.serializer.generated.etmlx_ir.IndexPut
 import etmlx.serializer.generated.etmlx_ir.IntBinary
 import etmlx.serializer.generated.etmlx_ir.LayerNorm
 import etmlx.serializer.generated.etmlx_ir.LogSoftmax
@@ -86,12 +88,14 @@ import etmlx.serializer.generated.etmlx_ir.Reduce
 import etmlx.serializer.generated.etmlx_ir.Reshape
 import etmlx.serializer.generated.etmlx_ir.Roll
 import etmlx.serializer.generated.etmlx_ir.Scalar
+import etmlx.serializer.generated.etmlx_ir.Scan
 import etmlx.serializer.generated.etmlx_ir.Sdpa
 import etmlx.serializer.generated.etmlx_ir.Slice
 import etmlx.serializer.generated.etmlx_ir.Softmax
 import etmlx.serializer.generated.etmlx_ir.Squeeze
 import etmlx.serializer.generated.etmlx_ir.SymSize
 import etmlx.serializer.generated.etmlx_ir.Take
+import etmlx.serializer.generated.etmlx_ir.TakeAlongAxis
 import etmlx.serializer.generated.etmlx_ir.Transpose
 import etmlx.serializer.generated.etmlx_ir.Unary
 import etmlx.serializer.generated.etmlx_ir.Where
@@ -105,7 +109,7 @@ class NodeT(object):
     # NodeT
     def __init__(self):
         self.opType = 0  # type: int
-        self.op = None  # type: Union[None, etmlx.serializer.generated.etmlx_ir.Unary.UnaryT, etmlx.serializer.generated.etmlx_ir.Binary.BinaryT, etmlx.serializer.generated.etmlx_ir.Where.WhereT, etmlx.serializer.generated.etmlx_ir.AsType.AsTypeT, etmlx.serializer.generated.etmlx_ir.Scalar.ScalarT, etmlx.serializer.generated.etmlx_ir.Matmul.MatmulT, etmlx.serializer.generated.etmlx_ir.Addmm.AddmmT, etmlx.serializer.generated.etmlx_ir.Softmax.SoftmaxT, etmlx.serializer.generated.etmlx_ir.LogSoftmax.LogSoftmaxT, etmlx.serializer.generated.etmlx_ir.LayerNorm.LayerNormT, etmlx.serializer.generated.etmlx_ir.Reshape.ReshapeT, etmlx.serializer.generated.etmlx_ir.Transpose.TransposeT, etmlx.serializer.generated.etmlx_ir.ExpandDims.ExpandDimsT, etmlx.serializer.generated.etmlx_ir.Squeeze.SqueezeT, etmlx.serializer.generated.etmlx_ir.BroadcastTo.BroadcastToT, etmlx.serializer.generated.etmlx_ir.Slice.SliceT, etmlx.serializer.generated.etmlx_ir.Concatenate.ConcatenateT, etmlx.serializer.generated.etmlx_ir.Take.TakeT, etmlx.serializer.generated.etmlx_ir.Reduce.ReduceT, etmlx.serializer.generated.etmlx_ir.ArgReduce.ArgReduceT, etmlx.serializer.generated.etmlx_ir.Conv.ConvT, etmlx.serializer.generated.etmlx_ir.Pool.PoolT, etmlx.serializer.generated.etmlx_ir.Full.FullT, etmlx.serializer.generated.etmlx_ir.Arange.ArangeT, etmlx.serializer.generated.etmlx_ir.SymSize.SymSizeT, etmlx.serializer.generated.etmlx_ir.IntBinary.IntBinaryT, etmlx.serializer.generated.etmlx_ir.Sdpa.SdpaT, etmlx.serializer.generated.etmlx_ir.Roll.RollT]
+        self.op = None  # type: Union[None, etmlx.serializer.generated.etmlx_ir.Unary.UnaryT, etmlx.serializer.generated.etmlx_ir.Binary.BinaryT, etmlx.serializer.generated.etmlx_ir.Where.WhereT, etmlx.serializer.generated.etmlx_ir.AsType.AsTypeT, etmlx.serializer.generated.etmlx_ir.Scalar.ScalarT, etmlx.serializer.generated.etmlx_ir.Matmul.MatmulT, etmlx.serializer.generated.etmlx_ir.Addmm.AddmmT, etmlx.serializer.generated.etmlx_ir.Softmax.SoftmaxT, etmlx.serializer.generated.etmlx_ir.LogSoftmax.LogSoftmaxT, etmlx.serializer.generated.etmlx_ir.LayerNorm.LayerNormT, etmlx.serializer.generated.etmlx_ir.Reshape.ReshapeT, etmlx.serializer.generated.etmlx_ir.Transpose.TransposeT, etmlx.serializer.generated.etmlx_ir.ExpandDims.ExpandDimsT, etmlx.serializer.generated.etmlx_ir.Squeeze.SqueezeT, etmlx.serializer.generated.etmlx_ir.BroadcastTo.BroadcastToT, etmlx.serializer.generated.etmlx_ir.Slice.SliceT, etmlx.serializer.generated.etmlx_ir.Concatenate.ConcatenateT, etmlx.serializer.generated.etmlx_ir.Take.TakeT, etmlx.serializer.generated.etmlx_ir.Reduce.ReduceT, etmlx.serializer.generated.etmlx_ir.ArgReduce.ArgReduceT, etmlx.serializer.generated.etmlx_ir.Conv.ConvT, etmlx.serializer.generated.etmlx_ir.Pool.PoolT, etmlx.serializer.generated.etmlx_ir.Full.FullT, etmlx.serializer.generated.etmlx_ir.Arange.ArangeT, etmlx.serializer.generated.etmlx_ir.SymSize.SymSizeT, etmlx.serializer.generated.etmlx_ir.IntBinary.IntBinaryT, etmlx.serializer.generated.etmlx_ir.Sdpa.SdpaT, etmlx.serializer.generated.etmlx_ir.Roll.RollT, etmlx.serializer.generated.etmlx_ir.TakeAlongAxis.TakeAlongAxisT, etmlx.serializer.generated.etmlx_ir.Index.IndexT, etmlx.serializer.generated.etmlx_ir.Scan.ScanT, etmlx.serializer.generated.etmlx_ir.IndexPut.IndexPutT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

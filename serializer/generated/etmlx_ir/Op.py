@@ -33,6 +33,10 @@ class Op(object):
     IntBinary = 26
     Sdpa = 27
     Roll = 28
+    TakeAlongAxis = 29
+    Index = 30
+    Scan = 31
+    IndexPut = 32
 
 def OpCreator(unionType, table):
     from flatbuffers.table import Table
@@ -122,4 +126,16 @@ def OpCreator(unionType, table):
     if unionType == Op().Roll:
         import etmlx.serializer.generated.etmlx_ir.Roll
         return etmlx.serializer.generated.etmlx_ir.Roll.RollT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op().TakeAlongAxis:
+        import etmlx.serializer.generated.etmlx_ir.TakeAlongAxis
+        return etmlx.serializer.generated.etmlx_ir.TakeAlongAxis.TakeAlongAxisT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op().Index:
+        import etmlx.serializer.generated.etmlx_ir.Index
+        return etmlx.serializer.generated.etmlx_ir.Index.IndexT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op().Scan:
+        import etmlx.serializer.generated.etmlx_ir.Scan
+        return etmlx.serializer.generated.etmlx_ir.Scan.ScanT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op().IndexPut:
+        import etmlx.serializer.generated.etmlx_ir.IndexPut
+        return etmlx.serializer.generated.etmlx_ir.IndexPut.IndexPutT.InitFromBuf(table.Bytes, table.Pos)
     return None

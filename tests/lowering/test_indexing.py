@@ -1,0 +1,80 @@
+"""gather, advanced indexing, index_put, copy and running reductions."""
+
+import pytest
+import torch
+
+import etmlx
+
+from ruletest import delegated
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64])
+def test_gather(dtype):
+    x = torch.randn(3, 5).to(dtype)
+    index = torch.randint(0, 5, (3, 4))
+    delegated(lambda x, i: (torch.gather(x, 1, i), torch.gather(x, 0, i[:2, :3] % 3)), (x, index), nodes=["TakeAlongAxis"])
+
+
+def test_index_with_broadcast_index_tensors():
+    """The pattern transformers' mask code emits: x[batch_idx, position_idx]."""
+    x = torch.randn(2, 8)
+    batch = torch.arange(2).view(2, 1, 1, 1)
+    positions = torch.arange(8).view(1, 1, 8, 1)
+    delegated(lambda x, b, p: x[b, p], (x, batch, positions), exact=["Index"])
+
+
+@pytest.mark.parametrize("key", ["middle", "separated", "negative"])
+def test_index_placement_rules(key):
+    x = torch.randn(4, 5, 6)
+    i = torch.tensor([[0, 3], [2, 1]])
+    j = torch.tensor([1, 4])
+    fns = {
+        "middle": lambda x, i, j: x[:, i],  # index shape lands at dim 1
+        "separated": lambda x, i, j: x[i, :, j],  # separated: broadcast index shape goes first
+        "negative": lambda x, i, j: x[:, -j],  # negative indices wrap, as in PyTorch
+    }
+    delegated(fns[key], (x, i, j), nodes=["Index"])
+
+
+def test_index_with_bool_mask_is_declined():
+    from ruletest import declined
+
+    declined(lambda x, m: x[m], (torch.randn(5), torch.tensor([True, False, True, True, False])), "aten::index.Tensor")
+
+
+class Cache(torch.nn.Module):
+    """A static cache written at run-time positions, as KV caches are."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(1, 2, 8, 4))
+        self.register_buffer("count", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, values, positions):
+        self.cache[:, :, positions] = values
+        self.count.copy_(self.count + positions.numel())
+        return self.cache * 1, self.count + 0
+
+
+def test_index_put_and_copy_update_buffers_across_calls():
+    eager = Cache()
+    lowered = delegated(Cache(), (torch.randn(1, 2, 2, 4), torch.tensor([6, 7])), nodes=["IndexPut"])
+    program = etmlx.load(lowered.pte)  # fresh state: check_parity ran the first one
+    for positions in ([0, 1], [4, 2], [1, 7]):
+        args = (torch.randn(1, 2, len(positions), 4), torch.tensor(positions))
+        actual, expected = program.forward(*args), eager(*args)
+        torch.testing.assert_close(actual[0], expected[0])
+        assert int(actual[1]) == int(expected[1])
+
+
+def test_index_put_accumulate():
+    x = torch.randn(5, 3)
+    index = torch.tensor([0, 2, 2])
+    values = torch.randn(3, 3)
+    delegated(lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True), (x, index, values), nodes=["IndexPut"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.bool])
+def test_cumsum(dtype):
+    x = (torch.randn(3, 6) * 2).to(dtype)
+    delegated(lambda x: (torch.cumsum(x, -1), torch.cumsum(x, 0)), (x,), nodes=["CumSum"])

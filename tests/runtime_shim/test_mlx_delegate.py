@@ -1,0 +1,48 @@
+"""The MLX delegate's load-time work: constants, hoisting."""
+
+import torch
+
+from lowering_harness import check_parity
+
+
+class ZerosOfTwoKinds(torch.nn.Module):
+    """An int64 buffer and a float32 bias whose bytes are identical (all zero, 512 bytes):
+    named data is content-addressed, so both share one key — but not one array."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("ids", torch.zeros(1, 64, dtype=torch.int64))
+        self.linear = torch.nn.Linear(64, 128)
+        with torch.no_grad():
+            self.linear.bias.zero_()
+
+    def forward(self, x):
+        return self.linear(x) + self.ids.sum()
+
+
+def test_equal_bytes_of_different_dtypes_stay_distinct():
+    lowered = check_parity(ZerosOfTwoKinds(), (torch.randn(3, 64),))
+    (delegate,) = lowered.delegates
+    keys = [c["key"] for c in delegate["constants"] if c["shape"] in ([1, 64], [128])]
+    assert len(keys) == 2 and keys[0] == keys[1]  # the case this test is about
+
+
+class ConstantOnly(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.arange(12.0).reshape(3, 4))
+
+    def forward(self, x):
+        return x + (self.table * 2).sum(0)
+
+
+def test_nodes_reading_only_constants_run_once_at_load():
+    from etmlx.runtime_shim.mlx_delegate import MlxDelegate
+    from etmlx.runtime_shim.pte_file import read_pte
+
+    lowered = check_parity(ConstantOnly(), (torch.randn(4),))
+    pte = read_pte(lowered.pte)
+    (delegate,) = pte.program.plans[0].delegates
+    handle = MlxDelegate(pte.delegate_data(delegate), pte.named_data)
+    assert lowered.nodes == ["Mul", "Sum", "Add"]
+    assert len(handle._steps) == 1  # only the Add reads the input
