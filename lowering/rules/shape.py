@@ -13,6 +13,7 @@ from etmlx.serializer.generated.etmlx_ir import (
     Squeeze,
     SymSize,
     Take,
+    Tile,
     Transpose,
 )
 from etmlx.serializer.ir import int_or_slot
@@ -203,6 +204,16 @@ def _lower_cat(ctx, node):
     tensors = [t for t in tensors if shape_of(t) != (0,)]  # PyTorch skips legacy empty 1-d tensors
     axis = normalize_axis(dim, rank_of(node))
     ctx.bind(node, ctx.emit(Concatenate, xs=[ctx.tensor(t) for t in tensors], axis=axis))
+
+
+def _check_repeat(node):
+    return None if all(isinstance(r, int) for r in node.args[1]) else "repeat by a dynamic count"
+
+
+@lowers("aten::repeat", check=_check_repeat)
+def _lower_repeat(ctx, node):
+    x, repeats = node.args[:2]
+    ctx.bind(node, ctx.emit(Tile, x=ctx.tensor(x), reps=list(repeats)))
 
 
 @lowers("aten::embedding")

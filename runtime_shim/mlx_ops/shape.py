@@ -19,4 +19,5 @@ HANDLERS = {
     "Slice": _slice,
     "Concatenate": lambda op, env: mx.concatenate([env.t(x) for x in op.xs], axis=op.axis),
     "Take": lambda op, env: mx.take(env.t(op.x), env.t(op.indices), axis=op.axis),
+    "Tile": lambda op, env: mx.tile(env.t(op.x), list(op.reps)),
 }

@@ -37,6 +37,7 @@ class Op(object):
     Index = 30
     Scan = 31
     IndexPut = 32
+    Tile = 33
 
 def OpCreator(unionType, table):
     from flatbuffers.table import Table
@@ -138,4 +139,7 @@ def OpCreator(unionType, table):
     if unionType == Op().IndexPut:
         import etmlx.serializer.generated.etmlx_ir.IndexPut
         return etmlx.serializer.generated.etmlx_ir.IndexPut.IndexPutT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op().Tile:
+        import etmlx.serializer.generated.etmlx_ir.Tile
+        return etmlx.serializer.generated.etmlx_ir.Tile.TileT.InitFromBuf(table.Bytes, table.Pos)
     return None
