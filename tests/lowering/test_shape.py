@@ -90,6 +90,12 @@ def test_expand(dtype):
     delegated(fn, (x,), exact=["BroadcastTo", "BroadcastTo", "ExpandDims", "BroadcastTo", "BroadcastTo"])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64], ids=str)
+def test_repeat(dtype):
+    x = torch.randint(0, 9, (2, 3)).to(dtype)
+    delegated(lambda x: (x.repeat(2, 1), x.repeat(3, 1, 2)), (x,), nodes=["Tile"])  # 3 reps for 2 dims: one new
+
+
 @pytest.mark.parametrize("weight_dtype,index_dtype", [(torch.float16, torch.int32), (torch.bfloat16, torch.int64)], ids=str)
 def test_embedding_and_index_select(weight_dtype, index_dtype):
     embedding = torch.nn.Embedding(10, 4).to(weight_dtype)
