@@ -16,10 +16,16 @@ def export(module, example_inputs, path, dynamic_shapes=None):
     return _export(module, example_inputs, path, dynamic_shapes=dynamic_shapes)
 
 
+def export_methods(methods, path):
+    from .exporter import export_methods as _export_methods
+
+    return _export_methods(methods, path)
+
+
 def load(path_or_bytes):
     from .runtime_shim import load as _load
 
     return _load(path_or_bytes)
 
 
-__all__ = ["EtMlxError", "ExportError", "export", "load"]
+__all__ = ["EtMlxError", "ExportError", "export", "export_methods", "load"]

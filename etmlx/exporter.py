@@ -26,13 +26,10 @@ for _noisy in ("torchao", "torch.utils._pytree"):
 warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
 
 
-def to_executorch(module, example_inputs, dynamic_shapes=None):
-    """Exports and lowers ``module``; returns (ExecutorchProgramManager, PartitionReport)."""
+def trace(module, example_inputs, dynamic_shapes=None):
+    """``torch.export.export`` of ``module`` in eval mode without autograd, with errors
+    turned into one ``ExportError`` that names the module."""
     import torch
-    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
-    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
-
-    from etmlx.partitioner import MlxPartitioner
 
     if not isinstance(module, torch.nn.Module):
         raise ExportError(f"expected a torch.nn.Module to export, got {type(module).__name__}")
@@ -41,16 +38,54 @@ def to_executorch(module, example_inputs, dynamic_shapes=None):
     module.eval()
     try:
         with torch.no_grad():
-            program = torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+            return torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
     except Exception as error:
         raise ExportError(f"torch.export could not trace {type(module).__name__}: {error}") from error
-    mutable_buffers = list(program.graph_signature.buffers_to_mutate.values())
+
+
+def lower_methods(methods: dict):
+    """Lowers ``{method name: ExportedProgram}`` into one program; returns
+    (ExecutorchProgramManager, PartitionReport)."""
+    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
+
+    from etmlx.partitioner import MlxPartitioner
+
+    if not methods:
+        raise ExportError("no methods to export")
     partitioner = MlxPartitioner()
-    edge = to_edge_transform_and_lower(program, partitioner=[partitioner])
-    # Buffers that MLX declined stay with ExecuTorch, which drops their initial values
-    # unless named to this pass; delegated buffers carry their own.
-    config = ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(mutable_buffers)])
+    edge = to_edge_transform_and_lower(dict(methods), partitioner=[partitioner])
+    # Buffers MLX declined stay with ExecuTorch, which drops their initial values unless
+    # named to this pass; delegated buffers carry their own in the payload.
+    kept = {
+        target
+        for name in methods
+        for target in edge.exported_program(name).graph_signature.buffers_to_mutate.values()
+    }
+    config = ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(sorted(kept))])
     return edge.to_executorch(config), partitioner.report
+
+
+def to_executorch(module, example_inputs, dynamic_shapes=None):
+    """Exports and lowers ``module`` as method ``forward``."""
+    return lower_methods({"forward": trace(module, example_inputs, dynamic_shapes)})
+
+
+def export_methods(methods: dict, path) -> ExportResult:
+    """Writes one ``.pte`` holding several methods, ``{name: ExportedProgram}`` (from
+    ``torch.export.export``). Methods that name the same module buffer share its state
+    at run time: a ``prefill`` method fills the KV cache a ``decode`` method reads."""
+    program, report = lower_methods(methods)
+    return _write(program, report, path)
+
+
+def _write(program, report, path) -> ExportResult:
+    data = program.buffer
+    with open(path, "wb") as f:
+        f.write(data)
+    if not report.fully_delegated:
+        log.warning("%s", report.summary())
+    return ExportResult(path=os.fspath(path), size_bytes=len(data), report=report)
 
 
 def export(module, example_inputs, path, dynamic_shapes=None) -> ExportResult:
@@ -63,9 +98,4 @@ def export(module, example_inputs, path, dynamic_shapes=None) -> ExportResult:
     fully delegated.
     """
     program, report = to_executorch(module, example_inputs, dynamic_shapes)
-    data = program.buffer
-    with open(path, "wb") as f:
-        f.write(data)
-    if not report.fully_delegated:
-        log.warning("%s", report.summary())
-    return ExportResult(path=os.fspath(path), size_bytes=len(data), report=report)
+    return _write(program, report, path)

@@ -116,10 +116,10 @@ class LoweringContext:
         self.graph.constants.append(self._named_tensor(ref, value))
         return ref
 
-    def add_buffer(self, node: fx.Node, initial: torch.Tensor) -> None:
+    def add_buffer(self, node: fx.Node, name: str, initial: torch.Tensor) -> None:
         ref = self.new_tensor()
         buffer = MutableBuffer.MutableBufferT()
-        buffer.initial = self._named_tensor(ref, initial)
+        buffer.initial, buffer.name = self._named_tensor(ref, initial), name
         self.graph.buffers.append(buffer)
         self._buffers[node] = buffer
         self.bind(node, ref)

@@ -54,7 +54,7 @@ def lower_program(program: ExportedProgram, store: NamedDataStore):
             if target is None:
                 ctx.add_input(node)
             elif target in mutated:
-                ctx.add_buffer(node, _state(program, target))
+                ctx.add_buffer(node, target, _state(program, target))
             else:
                 ctx.constant_values[node] = _state(program, target)
         elif node.op == "call_function":

@@ -5,10 +5,11 @@ A backend registers a factory under the id its delegates carry in the ``.pte``
 
     register_backend("EtMlxBackend", factory)
     factory(processed: bytes-like, compile_specs: dict[str, bytes],
-            named_data: NamedDataLookup) -> DelegateHandle
+            named_data: NamedDataLookup, state: ProgramState) -> DelegateHandle
 
 The factory runs once per delegate when a program is loaded, so a handle's state
-(a KV cache, say) lives as long as that loaded program. ``handle.execute(args)``
+lives as long as that loaded program; ``state`` is shared by every delegate of the
+program (mutable buffers by name, so a KV cache outlives the method that wrote it). ``handle.execute(args)``
 gets the DelegateCall's arguments in order, inputs first, then outputs, exactly
 as ExecuTorch passes them: tensors as ``TensorValue`` (write outputs in place with
 ``.set``), everything else as Python values.
@@ -19,13 +20,14 @@ from typing import Callable, Protocol
 
 from .errors import BackendError
 from .pte_file import NamedDataLookup
+from .state import ProgramState
 
 
 class DelegateHandle(Protocol):
     def execute(self, args: list) -> None: ...
 
 
-BackendFactory = Callable[[memoryview, dict, NamedDataLookup], DelegateHandle]
+BackendFactory = Callable[[memoryview, dict, NamedDataLookup, ProgramState], DelegateHandle]
 
 _FACTORIES: dict[str, BackendFactory] = {}
 
@@ -60,6 +62,8 @@ def _factory(backend_id: str) -> BackendFactory:
         ) from None
 
 
-def create_handle(backend_id: str, processed, compile_specs: dict, named_data: NamedDataLookup) -> DelegateHandle:
+def create_handle(
+    backend_id: str, processed, compile_specs: dict, named_data: NamedDataLookup, state: ProgramState
+) -> DelegateHandle:
     """Initialize one delegate of a loaded program with its registered backend."""
-    return _factory(backend_id)(processed, compile_specs, named_data)
+    return _factory(backend_id)(processed, compile_specs, named_data, state)

@@ -11,6 +11,7 @@ from .backends import register_backend
 from .errors import ExecutionError
 from .mlx_ops import HANDLERS
 from .mlx_ops.env import MX_DTYPES, NUMPY_STORAGE, Env
+from .state import ProgramState
 
 BACKEND_ID = "EtMlxBackend"
 _ValueKindInt = 1
@@ -18,9 +19,9 @@ _ValueKindInt = 1
 
 class MlxDelegate:
     """One loaded delegate. Constants are turned into mx arrays once, at load; mutable
-    buffers live here, so each loaded program has its own state."""
+    buffers live in the program's ``ProgramState``, shared with its other delegates."""
 
-    def __init__(self, processed: bytes, named_data):
+    def __init__(self, processed: bytes, named_data, state: ProgramState):
         graph = deserialize(processed)
         self._graph = graph
         # Keys hash the bytes only: all-zero tensors of different dtypes share one.
@@ -32,9 +33,11 @@ class MlxDelegate:
         constants = {c.slot: arrays[(c.key, c.dtype, tuple(c.shape or []))] for c in graph.constants or []}
         self._steps = _hoist_constant_nodes([_step(node) for node in graph.nodes or []], constants)
         self._constants = list(constants.items())
-        self._buffers = [_named_array(b.initial, named_data) for b in graph.buffers or []]
-        self._buffer_slots = [b.initial.slot for b in graph.buffers or []]
-        self._buffer_updates = [(i, b.update) for i, b in enumerate(graph.buffers or []) if b.hasUpdate]
+        self._state = state
+        for buffer in graph.buffers or []:
+            state.register(buffer.name, _named_array(buffer.initial, named_data))
+        self._buffer_slots = [(b.name, b.initial.slot) for b in graph.buffers or []]
+        self._buffer_updates = [(b.name, b.update) for b in graph.buffers or [] if b.hasUpdate]
         self.num_inputs = len(graph.inputs or [])
         self.num_outputs = len(graph.outputs or [])
 
@@ -49,8 +52,8 @@ class MlxDelegate:
                 env.tensors[value.slot] = arg
         for slot, array in self._constants:
             env.tensors[slot] = array
-        for slot, array in zip(self._buffer_slots, self._buffers):
-            env.tensors[slot] = array
+        for name, slot in self._buffer_slots:
+            env.tensors[slot] = self._state[name]
         for handler, op, out, is_int in self._steps:
             if is_int:
                 env.ints[out] = handler(op, env)
@@ -59,8 +62,8 @@ class MlxDelegate:
         outputs = [env.ints[v.slot] if v.kind == _ValueKindInt else env.tensors[v.slot] for v in graph.outputs]
         updates = [env.tensors[slot] for _, slot in self._buffer_updates]
         mx.eval([o for o in outputs if isinstance(o, mx.array)] + updates)
-        for (index, _), value in zip(self._buffer_updates, updates):
-            self._buffers[index] = value
+        for (name, _), value in zip(self._buffer_updates, updates):
+            self._state[name] = value
         return outputs
 
     def execute(self, args: list) -> None:
@@ -108,8 +111,8 @@ def _named_array(named, named_data) -> mx.array:
     return array.view(dtype) if array.dtype != dtype else array
 
 
-def _factory(processed: bytes, compile_specs, named_data) -> MlxDelegate:
-    return MlxDelegate(processed, named_data)
+def _factory(processed: bytes, compile_specs, named_data, state: ProgramState) -> MlxDelegate:
+    return MlxDelegate(processed, named_data, state)
 
 
 register_backend(BACKEND_ID, _factory)

@@ -6,6 +6,7 @@ from . import method_io
 from .backends import create_handle
 from .plan import MethodRunner
 from .pte_file import PteFile, read_pte
+from .state import ProgramState
 from .tensor_value import TensorValue
 
 
@@ -19,9 +20,11 @@ class LoadedProgram:
     def __init__(self, pte: PteFile):
         self.pte = pte
         self._methods: dict[str, MethodRunner] = {}
+        self.state = ProgramState()
         for plan in pte.program.plans:
             handles = [
-                create_handle(d.id, pte.delegate_data(d), d.compile_specs, pte.named_data) for d in plan.delegates
+                create_handle(d.id, pte.delegate_data(d), d.compile_specs, pte.named_data, self.state)
+                for d in plan.delegates
             ]
             self._methods[plan.name] = MethodRunner(plan, pte, handles)
 

@@ -69,6 +69,7 @@ def _plain_python_values(graph) -> None:
     """The object API unpacks scalar vectors as numpy arrays (when numpy is installed)
     and strings as bytes; lists and str keep every consumer simple."""
     tables = [node.op for node in graph.nodes or []] + list(graph.constants or [])
+    tables += list(graph.buffers or [])
     tables += [buffer.initial for buffer in graph.buffers or [] if buffer.initial is not None]
     for table in tables:
         for name, value in vars(table).items():

@@ -42,8 +42,8 @@ def validate(graph) -> None:
     for i, constant in enumerate(graph.constants or []):
         _check_named_tensor(constant, tensors, f"constant {i}")
     for i, buffer in enumerate(graph.buffers or []):
-        if buffer.initial is None:
-            raise PayloadError(f"buffer {i}: missing initial value")
+        if buffer.initial is None or not buffer.name:
+            raise PayloadError(f"buffer {i}: missing initial value or name")
         _check_named_tensor(buffer.initial, tensors, f"buffer {i}")
     for i, node in enumerate(graph.nodes or []):
         _check_node(node, i, tensors, ints)

@@ -1,6 +1,8 @@
 """Tensors created in the graph: fills, ranges, 0-d scalars."""
 
-from etmlx.serializer.generated.etmlx_ir import Arange, Full
+from torch import fx
+
+from etmlx.serializer.generated.etmlx_ir import Arange, Full, SizeScalar
 
 from ..dtypes import ir_dtype
 from ..registry import lowers
@@ -15,7 +17,11 @@ def _lower_full(ctx, node):
 
 @lowers("aten::scalar_tensor")
 def _lower_scalar_tensor(ctx, node):
-    ctx.bind(node, ctx.emit(Full, shape=[], value=float(node.args[0]), dtype=ir_dtype(out_dtype(node))))
+    value, dtype = node.args[0], ir_dtype(out_dtype(node))
+    if isinstance(value, fx.Node):  # a size known only at run time
+        ctx.bind(node, ctx.emit(SizeScalar, value=ctx.size(value), dtype=dtype))
+    else:
+        ctx.bind(node, ctx.emit(Full, shape=[], value=float(value), dtype=dtype))
 
 
 def _check_full_like(node):

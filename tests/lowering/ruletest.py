@@ -18,6 +18,7 @@ import etmlx.lowering.rules  # noqa: F401  (registers every rule)
 from etmlx.lowering.preprocess import lower_program
 from etmlx.lowering.registry import RULES
 from etmlx.runtime_shim.mlx_delegate import MlxDelegate
+from etmlx.runtime_shim.state import ProgramState
 from etmlx.serializer import serialize
 from etmlx.serializer.ir import node_type
 
@@ -123,7 +124,7 @@ def lowered_directly(module_or_fn, inputs, nodes=()):
     program.graph_module.graph.eliminate_dead_code()  # e.g. the unused indices of a max pool
     store = NamedDataStore()
     graph = lower_program(program, store)
-    delegate = MlxDelegate(serialize(graph), _NamedData(store))
+    delegate = MlxDelegate(serialize(graph), _NamedData(store), ProgramState())
     outputs = [_to_torch(o) for o in delegate.run([_to_mx(t) for t in inputs])]
     with torch.no_grad():
         expected = module(*inputs)

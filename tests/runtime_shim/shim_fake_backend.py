@@ -19,7 +19,7 @@ created = []  # every handle made, so tests can look at what the factory receive
 
 
 class FakeHandle:
-    def __init__(self, processed, compile_specs, named_data):
+    def __init__(self, processed, compile_specs, named_data, state):
         self.graph = json.loads(bytes(processed))
         self.compile_specs = compile_specs
         self.greeting = bytes(named_data.get(NAMED_KEY))

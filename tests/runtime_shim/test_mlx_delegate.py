@@ -39,10 +39,11 @@ class ConstantOnly(torch.nn.Module):
 def test_nodes_reading_only_constants_run_once_at_load():
     from etmlx.runtime_shim.mlx_delegate import MlxDelegate
     from etmlx.runtime_shim.pte_file import read_pte
+    from etmlx.runtime_shim.state import ProgramState
 
     lowered = check_parity(ConstantOnly(), (torch.randn(4),))
     pte = read_pte(lowered.pte)
     (delegate,) = pte.program.plans[0].delegates
-    handle = MlxDelegate(pte.delegate_data(delegate), pte.named_data)
+    handle = MlxDelegate(pte.delegate_data(delegate), pte.named_data, ProgramState())
     assert lowered.nodes == ["Mul", "Sum", "Add"]
     assert len(handle._steps) == 1  # only the Add reads the input

@@ -50,8 +50,15 @@ class MutableBuffer(object):
             return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
         return False
 
+    # MutableBuffer
+    def Name(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def MutableBufferStart(builder):
-    builder.StartObject(3)
+    builder.StartObject(4)
 
 def Start(builder):
     MutableBufferStart(builder)
@@ -74,6 +81,12 @@ def MutableBufferAddHasUpdate(builder, hasUpdate):
 def AddHasUpdate(builder, hasUpdate):
     MutableBufferAddHasUpdate(builder, hasUpdate)
 
+def MutableBufferAddName(builder, name):
+    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
+
+def AddName(builder, name):
+    MutableBufferAddName(builder, name)
+
 def MutableBufferEnd(builder):
     return builder.EndObject()
 
@@ -93,6 +106,7 @@ class MutableBufferT(object):
         self.initial = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.NamedTensor.NamedTensorT]
         self.update = 0  # type: int
         self.hasUpdate = False  # type: bool
+        self.name = None  # type: str
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -119,15 +133,20 @@ class MutableBufferT(object):
             self.initial = etmlx.serializer.generated.etmlx_ir.NamedTensor.NamedTensorT.InitFromObj(mutableBuffer.Initial())
         self.update = mutableBuffer.Update()
         self.hasUpdate = mutableBuffer.HasUpdate()
+        self.name = mutableBuffer.Name()
 
     # MutableBufferT
     def Pack(self, builder):
         if self.initial is not None:
             initial = self.initial.Pack(builder)
+        if self.name is not None:
+            name = builder.CreateString(self.name)
         MutableBufferStart(builder)
         if self.initial is not None:
             MutableBufferAddInitial(builder, initial)
         MutableBufferAddUpdate(builder, self.update)
         MutableBufferAddHasUpdate(builder, self.hasUpdate)
+        if self.name is not None:
+            MutableBufferAddName(builder, name)
         mutableBuffer = MutableBufferEnd(builder)
         return mutableBuffer

@@ -38,6 +38,7 @@ class Op(object):
     Scan = 31
     IndexPut = 32
     Tile = 33
+    SizeScalar = 34
 
 def OpCreator(unionType, table):
     from flatbuffers.table import Table
@@ -142,4 +143,7 @@ def OpCreator(unionType, table):
     if unionType == Op().Tile:
         import etmlx.serializer.generated.etmlx_ir.Tile
         return etmlx.serializer.generated.etmlx_ir.Tile.TileT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op().SizeScalar:
+        import etmlx.serializer.generated.etmlx_ir.SizeScalar
+        return etmlx.serializer.generated.etmlx_ir.SizeScalar.SizeScalarT.InitFromBuf(table.Bytes, table.Pos)
     return None

@@ -1,0 +1,66 @@
+"""A tiny Llama from Hugging Face transformers, exported for generation with a KV cache.
+
+The model is built from a small config with random weights (nothing is downloaded).
+Its static KV cache is a set of module buffers, written at ``cache_position`` by each
+call; etmlx keeps them inside the MLX delegate, and because the ``prefill`` and
+``decode`` methods name the same buffers, they share one cache at run time.
+"""
+
+import torch
+from torch.export import Dim
+
+MAX_CACHE = 64
+
+
+def tiny_llama(seed: int = 0, max_cache: int = MAX_CACHE):
+    """A 2-layer LlamaForCausalLM, hidden size 64, grouped-query attention (4 heads, 2 kv)."""
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_cache,
+    )
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config = GenerationConfig(
+        use_cache=True,
+        cache_implementation="static",
+        max_length=max_cache,
+        cache_config={"batch_size": 1, "max_cache_len": max_cache},
+    )
+    return model
+
+
+def export_methods(model, max_prompt: int = 32) -> dict:
+    """``{"prefill": ..., "decode": ...}`` ExportedPrograms over one static cache.
+    prefill takes 2..max_prompt tokens, decode exactly one."""
+    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+
+    wrapper = TorchExportableModuleForDecoderOnlyLM(model)
+    seq = Dim("seq", min=2, max=max_prompt)
+    with torch.no_grad():
+        prefill = wrapper.export(
+            input_ids=torch.zeros(1, 4, dtype=torch.long),
+            cache_position=torch.arange(4),
+            dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}},
+        )
+        decode = wrapper.export(input_ids=torch.zeros(1, 1, dtype=torch.long), cache_position=torch.tensor([0]))
+    return {"prefill": prefill, "decode": decode}
+
+
+def greedy(program, prompt: list, new_tokens: int) -> list:
+    """Greedy generation with a loaded etmlx program: one prefill call, then decode."""
+    tokens = list(prompt)
+    logits = program.prefill(torch.tensor([prompt]), torch.arange(len(prompt)))
+    for _ in range(new_tokens):
+        tokens.append(int(logits[0, -1].argmax()))
+        if len(tokens) == len(prompt) + new_tokens:
+            break
+        position = len(tokens) - 1
+        logits = program.decode(torch.tensor([[tokens[-1]]]), torch.tensor([position]))
+    return tokens
