@@ -6,8 +6,12 @@ call; etmlx keeps them inside the MLX delegate, and because the ``prefill`` and
 ``decode`` methods name the same buffers, they share one cache at run time.
 """
 
+import os
+
 import torch
 from torch.export import Dim
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # built from configs: nothing to download
 
 MAX_CACHE = 64
 
@@ -64,3 +68,11 @@ def greedy(program, prompt: list, new_tokens: int) -> list:
         position = len(tokens) - 1
         logits = program.decode(torch.tensor([[tokens[-1]]]), torch.tensor([position]))
     return tokens
+
+
+def eager_greedy(model, prompt: list, new_tokens: int) -> list:
+    """The reference: transformers' own greedy generation, in eager PyTorch."""
+    length = len(prompt) + new_tokens
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_length=length, min_length=length, do_sample=False)
+    return out[0].tolist()

@@ -1,0 +1,60 @@
+"""Generation with a KV cache held inside the MLX delegate, shared by prefill and decode."""
+
+import pytest
+import torch
+
+import etmlx
+from examples import llm
+
+PROMPT = [5, 17, 42, 8, 99, 3]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    model = llm.tiny_llama()
+    path = tmp_path_factory.mktemp("llm") / "tiny_llama.pte"
+    result = etmlx.export_methods(llm.export_methods(model), path)
+    return model, path, result
+
+
+def test_both_methods_whole_on_mlx_with_the_cache_inside(exported):
+    from etmlx.inspection import inspect_program
+
+    _, path, result = exported
+    assert result.report.fully_delegated
+    methods = inspect_program(path)["methods"]
+    assert set(methods) == {"prefill", "decode"}
+    for method in methods.values():
+        (delegate,) = method["delegates"]
+        assert method["kernels"] == []
+        assert len(delegate["buffers"]) >= 4  # key and value cache of both layers
+        assert "IndexPut" in delegate["nodes"] and "Sdpa" in delegate["nodes"]
+
+
+def test_greedy_tokens_equal_eager(exported):
+    model, path, _ = exported
+    tokens = llm.greedy(etmlx.load(path), PROMPT, 32)
+    assert tokens == llm.eager_greedy(model, PROMPT, 32)
+
+
+def test_two_loads_keep_separate_caches(exported):
+    _, path, _ = exported
+    first, second = etmlx.load(path), etmlx.load(path)
+    fresh = second.prefill(torch.tensor([PROMPT]), torch.arange(len(PROMPT)))
+    # Fill the first program's cache with another prompt, then decode on the second:
+    first.prefill(torch.tensor([[1, 2, 3, 4]]), torch.arange(4))
+    after_other = second.decode(torch.tensor([[7]]), torch.tensor([len(PROMPT)]))
+    reference = etmlx.load(path)
+    reference.prefill(torch.tensor([PROMPT]), torch.arange(len(PROMPT)))
+    expected = reference.decode(torch.tensor([[7]]), torch.tensor([len(PROMPT)]))
+    torch.testing.assert_close(after_other, expected)
+    assert fresh.shape == (1, len(PROMPT), 128)
+
+
+def test_decode_reads_what_prefill_wrote(exported):
+    """Decoding after a prefill differs from decoding on an empty cache."""
+    _, path, _ = exported
+    with_history = etmlx.load(path)
+    with_history.prefill(torch.tensor([PROMPT]), torch.arange(len(PROMPT)))
+    step = (torch.tensor([[7]]), torch.tensor([len(PROMPT)]))
+    assert not torch.allclose(with_history.decode(*step), etmlx.load(path).decode(*step))
