@@ -16,16 +16,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # built from configs: nothing to d
 MAX_CACHE = 64
 
 
-def tiny_llama(seed: int = 0, max_cache: int = MAX_CACHE):
-    """A 2-layer LlamaForCausalLM, hidden size 64, grouped-query attention (4 heads, 2 kv)."""
+def tiny_llama(seed: int = 0, max_cache: int = MAX_CACHE, hidden: int = 64, layers: int = 2):
+    """A LlamaForCausalLM with grouped-query attention (4 heads, 2 kv); by default
+    2 layers of hidden size 64."""
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=128,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=max_cache,

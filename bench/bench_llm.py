@@ -1,0 +1,155 @@
+"""Tiny Llama generation three ways, in one run: the .pte through etmlx (prefill and
+decode methods, KV cache inside the MLX delegate), eager PyTorch (transformers' static
+cache), and mlx-lm's llama built from its ModelArgs with the same weights. fp32.
+Then the resident memory of a loaded program against the size of its weights.
+
+    python bench/bench_llm.py [--hidden 64 --layers 2 --prompt 16 --new-tokens 32]
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+
+import etmlx  # noqa: E402  (first: OpenBLAS under mlx)
+import mlx.core as mx  # noqa: E402
+import torch  # noqa: E402
+from etmlx.runtime_shim.blas import preload_openblas  # noqa: E402
+
+import llm  # noqa: E402
+
+
+def mlx_lm_llama(model):
+    """mlx-lm's llama with the Hugging Face model's weights copied in."""
+    from mlx_lm.models import llama
+
+    c = model.config
+    args = llama.ModelArgs(
+        model_type="llama", hidden_size=c.hidden_size, num_hidden_layers=c.num_hidden_layers,
+        intermediate_size=c.intermediate_size, num_attention_heads=c.num_attention_heads,
+        rms_norm_eps=c.rms_norm_eps, vocab_size=c.vocab_size, num_key_value_heads=c.num_key_value_heads,
+        rope_theta=c.rope_parameters["rope_theta"] if getattr(c, "rope_parameters", None) else c.rope_theta,
+        tie_word_embeddings=False, max_position_embeddings=c.max_position_embeddings,
+    )
+    reference = llama.Model(args)
+    reference.load_weights([(k, mx.array(v.detach().numpy())) for k, v in model.state_dict().items()])
+    mx.eval(reference.parameters())
+    return reference
+
+
+def time_generation(prefill, decode, prompt, new_tokens):
+    """(prefill seconds, decode seconds per token, tokens); the best of three runs."""
+    best = None
+    for _ in range(3):
+        start = time.perf_counter()
+        token = prefill(prompt)
+        prefilled = time.perf_counter()
+        tokens = [token]
+        for position in range(len(prompt), len(prompt) + new_tokens - 1):
+            tokens.append(decode(tokens[-1], position))
+        done = time.perf_counter()
+        run = (prefilled - start, (done - prefilled) / max(1, new_tokens - 1), tokens)
+        best = run if best is None or run[0] + run[1] < best[0] + best[1] else best
+    return best
+
+
+def etmlx_runner(path):
+    program = etmlx.load(path)
+
+    def prefill(prompt):
+        tokens, positions = mx.array([prompt], dtype=mx.int64), mx.arange(len(prompt), dtype=mx.int64)
+        return int(program.prefill(tokens, positions)[0, -1].argmax())
+
+    def decode(token, position):
+        return int(program.decode(mx.array([[token]], dtype=mx.int64), mx.array([position], dtype=mx.int64))[0, -1].argmax())
+
+    return prefill, decode
+
+
+def eager_runner(model):
+    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+
+    wrapper = TorchExportableModuleForDecoderOnlyLM(model).model  # the static-cache module export traces
+
+    @torch.no_grad()
+    def prefill(prompt):
+        return int(wrapper(input_ids=torch.tensor([prompt]), cache_position=torch.arange(len(prompt)))[0, -1].argmax())
+
+    @torch.no_grad()
+    def decode(token, position):
+        return int(wrapper(input_ids=torch.tensor([[token]]), cache_position=torch.tensor([position]))[0, -1].argmax())
+
+    return prefill, decode
+
+
+def mlx_lm_runner(model):
+    from mlx_lm.models.cache import make_prompt_cache
+
+    reference = mlx_lm_llama(model)
+    state = {}
+
+    def prefill(prompt):
+        state["cache"] = make_prompt_cache(reference)
+        return int(reference(mx.array([prompt]), cache=state["cache"])[0, -1].argmax())
+
+    def decode(token, position):
+        return int(reference(mx.array([[token]]), cache=state["cache"])[0, -1].argmax())
+
+    return prefill, decode
+
+
+def resident_memory(path: str) -> str:
+    """RSS growth from etmlx.load and a first call, measured in a fresh process."""
+    code = f"""
+import etmlx, mlx.core as mx
+def rss():
+    return int([l for l in open('/proc/self/status') if l.startswith('VmRSS')][0].split()[1]) * 1024
+base = rss(); program = etmlx.load({path!r}); loaded = rss()
+program.decode(mx.array([[1]], dtype=mx.int64), mx.array([0], dtype=mx.int64)); called = rss()
+print(loaded - base, called - base)
+"""
+    if not os.path.exists("/proc/self/status"):
+        return "n/a (needs /proc)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    return f"load +{int(out[0]) / 2**20:.1f} MiB, after first call +{int(out[1]) / 2**20:.1f} MiB"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--prompt", type=int, default=16)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    args = parser.parse_args()
+    max_cache = args.prompt + args.new_tokens + 8
+    model = llm.tiny_llama(hidden=args.hidden, layers=args.layers, max_cache=max_cache)
+    prompt = list(range(3, 3 + args.prompt))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "llm.pte")
+        result = etmlx.export_methods(llm.export_methods(model, max_prompt=max(args.prompt, 2)), path)
+        runs = {
+            "etmlx .pte": time_generation(*etmlx_runner(path), prompt, args.new_tokens),
+            "eager PyTorch": time_generation(*eager_runner(model), prompt, args.new_tokens),
+            "mlx-lm llama": time_generation(*mlx_lm_runner(model), prompt, args.new_tokens),
+        }
+        weights = sum(p.numel() * p.element_size() for p in model.parameters())
+        memory = resident_memory(path)
+    print(f"Llama hidden {args.hidden}, {args.layers} layers, prompt {args.prompt}, {args.new_tokens} new tokens, "
+          f"fp32; BLAS: {preload_openblas()}; {result.report.summary()}")
+    same = len({tuple(tokens) for _, _, tokens in runs.values()}) == 1
+    print(f"greedy tokens identical across the three: {same}")
+    base_prefill, base_decode, _ = runs["mlx-lm llama"]
+    print(f"{'':<16}{'prefill tok/s':>15}{'decode tok/s':>14}{'prefill vs mlx-lm':>19}{'decode vs mlx-lm':>18}")
+    for name, (prefill, decode, _) in runs.items():
+        print(f"{name:<16}{args.prompt / prefill:>15.0f}{1 / decode:>14.0f}"
+              f"{base_prefill / prefill:>18.2f}x{base_decode / decode:>17.2f}x")
+    print(f"weights {weights / 2**20:.2f} MiB, .pte {result.size_bytes / 2**20:.2f} MiB; resident memory: {memory}")
+
+
+if __name__ == "__main__":
+    main()
