@@ -24,13 +24,12 @@ class MlxDelegate:
     def __init__(self, processed: bytes, named_data, state: ProgramState):
         graph = deserialize(processed)
         self._graph = graph
-        # Keys hash the bytes only: all-zero tensors of different dtypes share one.
-        arrays = {}
-        for constant in graph.constants or []:
-            identity = (constant.key, constant.dtype, tuple(constant.shape or []))
-            if identity not in arrays:
-                arrays[identity] = _named_array(constant, named_data)
-        constants = {c.slot: arrays[(c.key, c.dtype, tuple(c.shape or []))] for c in graph.constants or []}
+        # Keys hash the bytes only (all-zero tensors of different dtypes share one), so
+        # an array is identified by key, dtype and shape; delegates share them.
+        constants = {
+            c.slot: state.constant((c.key, c.dtype, tuple(c.shape or [])), lambda c=c: _named_array(c, named_data))
+            for c in graph.constants or []
+        }
         self._steps = _hoist_constant_nodes([_step(node) for node in graph.nodes or []], constants)
         self._constants = list(constants.items())
         self._state = state
