@@ -20,8 +20,14 @@ demo: $(INSTALLED)
 test: $(INSTALLED)
 	$(PY) -m pytest -q
 
-bench: $(INSTALLED)
+$(VENV)/.bench-installed: $(INSTALLED)
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	touch $@
+
+bench: $(VENV)/.bench-installed
 	$(PY) bench/bench_encoder_block.py
+	$(PY) bench/bench_attention.py
+	$(PY) bench/bench_llm.py
 
 clean:
 	rm -rf $(VENV) out build *.egg-info
