@@ -84,27 +84,28 @@ def _check_add(node):
     return None
 
 
+def _plus_scaled(ctx, node, op, first, second):
+    """``first op alpha * second`` in the dtype PyTorch computes in."""
+    alpha = _alpha(node)
+    dtype = _compute_dtype(node, first, second)
+    scaled = as_dtype(ctx, second, dtype)
+    if alpha != 1:
+        scaled = ctx.emit(Binary, op=BinaryOp.Mul, a=scaled, b=as_dtype(ctx, alpha, dtype))
+    return ctx.emit(Binary, op=op, a=as_dtype(ctx, first, dtype), b=scaled)
+
+
 @lowers("aten::add.Tensor", "aten::add.Scalar", "aten::sub.Tensor", "aten::sub.Scalar", check=_check_add)
 def _lower_add_sub(ctx, node):
     a, b = node.args[:2]
-    alpha = _alpha(node)
-    dtype = _compute_dtype(node, a, b)
-    b_slot = as_dtype(ctx, b, dtype)
-    if alpha != 1:
-        b_slot = ctx.emit(Binary, op=BinaryOp.Mul, a=b_slot, b=as_dtype(ctx, alpha, dtype))
     op = BinaryOp.Add if node.target.name().startswith("aten::add") else BinaryOp.Sub
-    ctx.bind(node, ctx.emit(Binary, op=op, a=as_dtype(ctx, a, dtype), b=b_slot))
+    ctx.bind(node, _plus_scaled(ctx, node, op, a, b))
 
 
 @lowers("aten::rsub.Scalar")
 def _lower_rsub(ctx, node):
+    """rsub(a, b, alpha) = b - alpha * a."""
     a, b = node.args[:2]
-    alpha = _alpha(node)
-    dtype = _compute_dtype(node, a, b)
-    a_slot = as_dtype(ctx, a, dtype)
-    if alpha != 1:
-        a_slot = ctx.emit(Binary, op=BinaryOp.Mul, a=a_slot, b=as_dtype(ctx, alpha, dtype))
-    ctx.bind(node, ctx.emit(Binary, op=BinaryOp.Sub, a=as_dtype(ctx, b, dtype), b=a_slot))
+    ctx.bind(node, _plus_scaled(ctx, node, BinaryOp.Sub, b, a))
 
 
 def _check_div_mode(node):
