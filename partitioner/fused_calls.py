@@ -15,6 +15,7 @@ import torch
 from torch import fx
 
 import etmlx.lowering.custom_ops  # noqa: F401  (registers torch.ops.etmlx.*)
+from etmlx.lowering.dtypes import unsupported_dtype_reason
 from etmlx.lowering.rules.attention import roll_reason, sdpa_reason
 
 from .report import PartitionReport
@@ -42,20 +43,30 @@ def _sdpa_args(node):
     return args
 
 
-def _unrepeated(node: fx.Node, q_heads: int):
+def _unrepeated(node: fx.Node):
     """The k/v tensor before a head repeat (``repeat_interleave`` on dim 1, or
     Hugging Face's ``repeat_kv``: unsqueeze(2) -> expand -> reshape), else None.
-    Only called at rank 4, the one rank where dim 1 is the head dim."""
+    Only called at rank 4, the one rank where dim 1 is the head dim. Both forms
+    repeat each head in place ([h0, h0, h1, h1]), which is grouped-query attention's
+    grouping; the shapes are checked so that no other reshape is mistaken for one."""
     if node.target == aten.repeat_interleave.self_int and node.args[2:3] == (1,):
         return node.args[0]
-    if node.target in (aten.reshape.default, aten.view.default, aten._unsafe_view.default):
-        expand = node.args[0]
-        if isinstance(expand, fx.Node) and expand.target == aten.expand.default:
-            unsqueeze = expand.args[0]
-            if isinstance(unsqueeze, fx.Node) and unsqueeze.target == aten.unsqueeze.default:
-                if unsqueeze.args[1] == 2 and _val(unsqueeze.args[0]).dim() == 4:
-                    return unsqueeze.args[0]
-    return None
+    if node.target not in (aten.reshape.default, aten.view.default, aten._unsafe_view.default):
+        return None
+    expand = node.args[0]
+    if not (isinstance(expand, fx.Node) and expand.target == aten.expand.default):
+        return None
+    unsqueeze = expand.args[0]
+    if not (isinstance(unsqueeze, fx.Node) and unsqueeze.target == aten.unsqueeze.default and unsqueeze.args[1] == 2):
+        return None
+    source = unsqueeze.args[0]
+    batch, heads, length, dim = _val(source).shape
+    repeats = _val(expand).shape[2]
+    if tuple(_val(expand).shape) != (batch, heads, repeats, length, dim):
+        return None
+    if tuple(_val(node).shape) != (batch, heads * repeats, length, dim):
+        return None
+    return source
 
 
 def _absorbed_repeats(args):
@@ -63,7 +74,7 @@ def _absorbed_repeats(args):
     q, k, v = args["query"], args["key"], args["value"]
     if _val(q).dim() != 4 or not all(isinstance(t, fx.Node) for t in (k, v)):
         return k, v
-    k_src, v_src = _unrepeated(k, _val(q).shape[1]), _unrepeated(v, _val(q).shape[1])
+    k_src, v_src = _unrepeated(k), _unrepeated(v)
     if k_src is None or v_src is None or _val(k_src).shape[1] != _val(v_src).shape[1]:
         return k, v
     return k_src, v_src
@@ -97,8 +108,6 @@ def _roll_args(node):
 
 def _roll_reason(node):
     x, shifts, dims = _roll_args(node)
-    from etmlx.lowering.dtypes import unsupported_dtype_reason
-
     return unsupported_dtype_reason(_val(x).dtype) or roll_reason(_val(x), shifts, dims)
 
 

@@ -254,3 +254,17 @@ def test_two_rolls_one_taken_one_declined():
     assert lowered.nodes.count("Roll") == 1
     entry = lowered.report.operators["aten::roll"]
     assert len(entry.decomposed) == 1 and "float64" in entry.decomposed[0][1]
+
+
+def test_expand_reshape_that_is_not_a_head_repeat_is_kept():
+    class SequenceRepeat(torch.nn.Module):
+        def forward(self, q, k, v):
+            b, h, s, d = k.shape
+            # unsqueeze(2) -> expand -> reshape, but onto the sequence: every key twice
+            k2 = k[:, :, None].expand(b, h, 2, s, d).reshape(b, h, 2 * s, d)
+            v2 = v[:, :, None].expand(b, h, 2, s, d).reshape(b, h, 2 * s, d)
+            return F.scaled_dot_product_attention(q, k2, v2)
+
+    inputs = (torch.randn(2, 4, 6, 8), torch.randn(2, 4, 3, 8), torch.randn(2, 4, 3, 8))
+    lowered = check_parity(SequenceRepeat(), inputs)
+    assert "Sdpa" in lowered.nodes and "BroadcastTo" in lowered.nodes  # the repeat stays
