@@ -5,6 +5,7 @@ from collections.abc import Sequence
 from . import method_io
 from .backends import create_handle
 from .plan import MethodRunner
+from .errors import PteFormatError
 from .pte_file import PteFile, read_pte
 from .state import ProgramState
 from .tensor_value import TensorValue
@@ -22,11 +23,15 @@ class LoadedProgram:
         self._methods: dict[str, MethodRunner] = {}
         self.state = ProgramState()
         for plan in pte.program.plans:
-            handles = [
-                create_handle(d.id, pte.delegate_data(d), d.compile_specs, pte.named_data, self.state)
-                for d in plan.delegates
-            ]
+            handles = [self._init_delegate(plan.name, i, d) for i, d in enumerate(plan.delegates)]
             self._methods[plan.name] = MethodRunner(plan, pte, handles)
+
+    def _init_delegate(self, method: str, index: int, delegate):
+        try:
+            return create_handle(delegate.id, self.pte.delegate_data(delegate), delegate.compile_specs,
+                                 self.pte.named_data, self.state)
+        except ValueError as error:  # a payload the backend cannot read is a malformed file
+            raise PteFormatError(f"method {method!r}, delegate {index} ({delegate.id}): {error}") from error
 
     @property
     def method_names(self) -> list[str]:

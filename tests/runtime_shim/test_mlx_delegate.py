@@ -47,3 +47,16 @@ def test_nodes_reading_only_constants_run_once_at_load():
     handle = MlxDelegate(pte.delegate_data(delegate), pte.named_data, ProgramState())
     assert lowered.nodes == ["Mul", "Sum", "Add"]
     assert len(handle._steps) == 1  # only the Add reads the input
+
+
+def test_damaged_payload_in_a_pte_names_method_and_delegate():
+    import pytest
+
+    import etmlx
+    from etmlx.runtime_shim.errors import PteFormatError
+
+    lowered = check_parity(ConstantOnly(), (torch.randn(4),))
+    data = bytearray(lowered.pte)
+    data[data.find(b"EMLX") + 40] ^= 0x01
+    with pytest.raises(PteFormatError, match=r"method 'forward', delegate 0 \(EtMlxBackend\): payload corrupted"):
+        etmlx.load(bytes(data))
