@@ -5,9 +5,11 @@ imports torch and executorch when it is called.
 """
 
 from .errors import EtMlxError, ExportError
+from .quiet import quiet_dependency_noise
 from .runtime_shim.blas import preload_openblas
 
 preload_openblas()  # must run before anything imports mlx; see runtime_shim/blas.py
+quiet_dependency_noise()
 
 
 def export(module, example_inputs, path, dynamic_shapes=None):

@@ -2,7 +2,6 @@
 
 import logging
 import os
-import warnings
 from dataclasses import dataclass
 
 from .errors import ExportError
@@ -17,13 +16,6 @@ class ExportResult:
     path: str
     size_bytes: int
     report: object
-
-
-# Importing executorch logs warnings about optional torchao kernels (CUDA builds)
-# and a torch deprecation inside torchao; none concerns an etmlx user.
-for _noisy in ("torchao", "torch.utils._pytree"):
-    logging.getLogger(_noisy).setLevel(logging.ERROR)
-warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
 
 
 def trace(module, example_inputs, dynamic_shapes=None):

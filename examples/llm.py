@@ -7,6 +7,7 @@ call; etmlx keeps them inside the MLX delegate, and because the ``prefill`` and
 """
 
 import os
+import warnings
 
 import torch
 from torch.export import Dim
@@ -48,7 +49,9 @@ def export_methods(model, max_prompt: int = 32) -> dict:
 
     wrapper = TorchExportableModuleForDecoderOnlyLM(model)
     seq = Dim("seq", min=2, max=max_prompt)
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        # transformers' output-capturing global trips a dynamo side-effect warning
+        warnings.filterwarnings("ignore", message="While compiling, we found certain side effects")
         prefill = wrapper.export(
             input_ids=torch.zeros(1, 4, dtype=torch.long),
             cache_position=torch.arange(4),
