@@ -23,6 +23,13 @@ def ir_dtype(dtype: torch.dtype) -> int:
     return TORCH_TO_IR[dtype]
 
 
+def fill_fields(value, dtype: torch.dtype) -> dict:
+    """The IR fields of a fill value (Scalar, Full): integers kept exact as int64."""
+    if dtype.is_floating_point:
+        return {"value": float(value), "dtype": ir_dtype(dtype)}
+    return {"intValue": int(value), "dtype": ir_dtype(dtype)}
+
+
 def unsupported_dtype_reason(dtype: torch.dtype):
     if dtype in TORCH_TO_IR:
         return None

@@ -24,7 +24,7 @@ from etmlx.serializer.generated.etmlx_ir import Binary, ExpandDims, Reduce, Roll
 from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
 from etmlx.serializer.generated.etmlx_ir.ReduceOp import ReduceOp
 
-from ..dtypes import FLOATING, ir_dtype
+from ..dtypes import FLOATING, fill_fields
 from ..registry import lowers
 from .common import rank_of
 
@@ -127,10 +127,10 @@ def _zero_fully_masked_rows(ctx, out, mask_slot, mask_dtype, out_dtype):
     mask) or an average (boolean mask). Costs one pass over the mask."""
     attended = mask_slot
     if mask_dtype != torch.bool:
-        minus_inf = ctx.emit(Scalar, value=-math.inf, dtype=ir_dtype(mask_dtype))
+        minus_inf = ctx.emit(Scalar, **fill_fields(-math.inf, mask_dtype))
         attended = ctx.emit(Binary, op=BinaryOp.NotEqual, a=mask_slot, b=minus_inf)
     any_key = ctx.emit(Reduce, op=ReduceOp.Any, x=attended, axes=[-1], keepdims=True)
-    zero = ctx.emit(Scalar, value=0.0, dtype=ir_dtype(out_dtype))
+    zero = ctx.emit(Scalar, **fill_fields(0.0, out_dtype))
     return ctx.emit(Where, cond=any_key, a=out, b=zero)
 
 

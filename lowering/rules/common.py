@@ -7,7 +7,7 @@ from torch import fx
 
 from etmlx.serializer.generated.etmlx_ir import AsType, Scalar
 
-from ..dtypes import ir_dtype
+from ..dtypes import fill_fields, ir_dtype
 
 
 def out_dtype(node: fx.Node, index: int = 0) -> torch.dtype:
@@ -35,7 +35,7 @@ def as_dtype(ctx, arg, dtype: torch.dtype):
     """``arg``'s slot in ``dtype``: a constant is converted at export, a Python
     scalar becomes a 0-d constant, and anything else gets an ``AsType`` node."""
     if not isinstance(arg, fx.Node):
-        return ctx.emit(Scalar, value=float(arg), dtype=ir_dtype(dtype))
+        return ctx.emit(Scalar, **fill_fields(arg, dtype))
     if ctx.is_constant(arg):
         value = ctx.constant_values[arg]
         if value.dtype == dtype:

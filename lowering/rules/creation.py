@@ -4,7 +4,7 @@ from torch import fx
 
 from etmlx.serializer.generated.etmlx_ir import Arange, Full, SizeScalar
 
-from ..dtypes import ir_dtype
+from ..dtypes import fill_fields, ir_dtype
 from ..registry import lowers
 from .common import is_static, out_dtype, shape_of
 
@@ -12,16 +12,16 @@ from .common import is_static, out_dtype, shape_of
 @lowers("aten::full")
 def _lower_full(ctx, node):
     sizes, value = node.args[:2]
-    ctx.bind(node, ctx.emit(Full, shape=ctx.sizes(sizes), value=float(value), dtype=ir_dtype(out_dtype(node))))
+    ctx.bind(node, ctx.emit(Full, shape=ctx.sizes(sizes), **fill_fields(value, out_dtype(node))))
 
 
 @lowers("aten::scalar_tensor")
 def _lower_scalar_tensor(ctx, node):
-    value, dtype = node.args[0], ir_dtype(out_dtype(node))
+    value, dtype = node.args[0], out_dtype(node)
     if isinstance(value, fx.Node):  # a size known only at run time
-        ctx.bind(node, ctx.emit(SizeScalar, value=ctx.size(value), dtype=dtype))
+        ctx.bind(node, ctx.emit(SizeScalar, value=ctx.size(value), dtype=ir_dtype(dtype)))
     else:
-        ctx.bind(node, ctx.emit(Full, shape=[], value=float(value), dtype=dtype))
+        ctx.bind(node, ctx.emit(Full, shape=[], **fill_fields(value, dtype)))
 
 
 def _check_full_like(node):
@@ -32,7 +32,7 @@ def _check_full_like(node):
 def _lower_full_like(ctx, node):
     x, value = node.args[:2]
     shape = shape_of(x)
-    ctx.bind(node, ctx.emit(Full, shape=ctx.sizes(list(shape)), value=float(value), dtype=ir_dtype(out_dtype(node))))
+    ctx.bind(node, ctx.emit(Full, shape=ctx.sizes(list(shape)), **fill_fields(value, out_dtype(node))))
 
 
 def _check_arange(node):

@@ -1,12 +1,12 @@
 import mlx.core as mx
 
-from .env import MX_DTYPES
+from .env import MX_DTYPES, fill_value
 
 
 def _full(op, env):
     """``mx.full(shape, 1.0, dtype=mx.int32)`` returns float32 (mlx 0.32 ignores the
     dtype for a Python float), so the fill value is made an array of the dtype first."""
-    return mx.full(env.sizes(op.shape or []), mx.array(op.value, dtype=MX_DTYPES[op.dtype]))
+    return mx.full(env.sizes(op.shape or []), fill_value(op))
 
 
 HANDLERS = {

@@ -4,7 +4,7 @@ import mlx.nn as nn
 from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
 from etmlx.serializer.generated.etmlx_ir.UnaryOp import UnaryOp
 
-from .env import MX_DTYPES
+from .env import MX_DTYPES, fill_value
 
 UNARY = {
     UnaryOp.Neg: mx.negative,
@@ -57,5 +57,5 @@ HANDLERS = {
     "Binary": lambda op, env: BINARY[op.op](env.t(op.a), env.t(op.b)),
     "Where": lambda op, env: mx.where(env.t(op.cond), env.t(op.a), env.t(op.b)),
     "AsType": lambda op, env: env.t(op.x).astype(MX_DTYPES[op.dtype]),
-    "Scalar": lambda op, env: mx.array(op.value, dtype=MX_DTYPES[op.dtype]),
+    "Scalar": lambda op, env: fill_value(op),
 }

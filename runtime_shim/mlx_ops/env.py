@@ -31,6 +31,13 @@ NUMPY_STORAGE = {
 }
 
 
+def fill_value(op) -> mx.array:
+    """The 0-d array of a Scalar or Full node: exact int64 for integer dtypes."""
+    dtype = MX_DTYPES[op.dtype]
+    value = op.value if mx.issubdtype(dtype, mx.floating) else op.intValue
+    return mx.array(value, dtype=dtype)
+
+
 class Env:
     __slots__ = ("tensors", "ints")
 

@@ -30,6 +30,15 @@ def test_full_fills_after_a_computation_and_scalar_tensor():
     delegated(lambda x: (x + torch.full((3,), 2.5, dtype=torch.float16), torch.where(x > 0, x, -1.5)), (x,), nodes=["Full", "Where"])
 
 
+def test_int64_constants_beyond_float_precision_stay_exact():
+    """2**60 + 1 is not a float64: fills and scalar operands carry integers as int64."""
+    big = 2**60 + 1
+    x = torch.tensor([1, -2, 3], dtype=torch.int64)
+    lowered = delegated(lambda x: (torch.full((2,), big), x + big, x * (big // 8)), (x,), nodes=["Full", "Add", "Mul"])
+    (full, added, multiplied) = lowered.program.forward(x)
+    assert full.tolist() == [big, big] and added.tolist() == [big + 1, big - 2, big + 3]
+
+
 def test_arange():
     def fn(x):
         outputs = []

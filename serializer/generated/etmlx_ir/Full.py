@@ -74,8 +74,15 @@ class Full(object):
             return obj
         return None
 
+    # Full
+    def IntValue(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return 0
+
 def FullStart(builder):
-    builder.StartObject(4)
+    builder.StartObject(5)
 
 def Start(builder):
     FullStart(builder)
@@ -110,6 +117,12 @@ def FullAddOut(builder, out):
 def AddOut(builder, out):
     FullAddOut(builder, out)
 
+def FullAddIntValue(builder, intValue):
+    builder.PrependInt64Slot(4, intValue, 0)
+
+def AddIntValue(builder, intValue):
+    FullAddIntValue(builder, intValue)
+
 def FullEnd(builder):
     return builder.EndObject()
 
@@ -131,6 +144,7 @@ class FullT(object):
         self.value = 0.0  # type: float
         self.dtype = 0  # type: int
         self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.intValue = 0  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -165,6 +179,7 @@ class FullT(object):
         self.dtype = full.Dtype()
         if full.Out() is not None:
             self.out = etmlx.serializer.generated.etmlx_ir.Tid.TidT.InitFromObj(full.Out())
+        self.intValue = full.IntValue()
 
     # FullT
     def Pack(self, builder):
@@ -181,5 +196,6 @@ class FullT(object):
         if self.out is not None:
             out = self.out.Pack(builder)
             FullAddOut(builder, out)
+        FullAddIntValue(builder, self.intValue)
         full = FullEnd(builder)
         return full

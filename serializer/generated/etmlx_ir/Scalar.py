@@ -50,8 +50,15 @@ class Scalar(object):
             return obj
         return None
 
+    # Scalar
+    def IntValue(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return 0
+
 def ScalarStart(builder):
-    builder.StartObject(3)
+    builder.StartObject(4)
 
 def Start(builder):
     ScalarStart(builder)
@@ -74,6 +81,12 @@ def ScalarAddOut(builder, out):
 def AddOut(builder, out):
     ScalarAddOut(builder, out)
 
+def ScalarAddIntValue(builder, intValue):
+    builder.PrependInt64Slot(3, intValue, 0)
+
+def AddIntValue(builder, intValue):
+    ScalarAddIntValue(builder, intValue)
+
 def ScalarEnd(builder):
     return builder.EndObject()
 
@@ -93,6 +106,7 @@ class ScalarT(object):
         self.value = 0.0  # type: float
         self.dtype = 0  # type: int
         self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.intValue = 0  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -119,6 +133,7 @@ class ScalarT(object):
         self.dtype = scalar.Dtype()
         if scalar.Out() is not None:
             self.out = etmlx.serializer.generated.etmlx_ir.Tid.TidT.InitFromObj(scalar.Out())
+        self.intValue = scalar.IntValue()
 
     # ScalarT
     def Pack(self, builder):
@@ -128,5 +143,6 @@ class ScalarT(object):
         if self.out is not None:
             out = self.out.Pack(builder)
             ScalarAddOut(builder, out)
+        ScalarAddIntValue(builder, self.intValue)
         scalar = ScalarEnd(builder)
         return scalar
