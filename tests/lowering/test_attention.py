@@ -268,3 +268,28 @@ def test_expand_reshape_that_is_not_a_head_repeat_is_kept():
     inputs = (torch.randn(2, 4, 6, 8), torch.randn(2, 4, 3, 8), torch.randn(2, 4, 3, 8))
     lowered = check_parity(SequenceRepeat(), inputs)
     assert "Sdpa" in lowered.nodes and "BroadcastTo" in lowered.nodes  # the repeat stays
+
+
+def test_dropout_is_declined_per_call():
+    class Dropout(torch.nn.Module):
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=0.25), F.scaled_dot_product_attention(q, k, v)
+
+    inputs = tuple(torch.randn(2, 4, 6, 8) for _ in range(3))
+    from lowering_harness import lower
+
+    lowered = lower(Dropout(), inputs)
+    entry = lowered.report.operators["aten::scaled_dot_product_attention"]
+    assert [reason for _, reason in entry.decomposed] == ["dropout_p=0.25"]
+    assert lowered.nodes.count("Sdpa") == 1  # the call without dropout keeps the kernel
+    random_out, exact_out = lowered.program.forward(*inputs)
+    assert random_out.shape == (2, 4, 6, 8)
+    torch.testing.assert_close(exact_out, F.scaled_dot_product_attention(*inputs), rtol=1e-5, atol=1e-5)
+
+
+def test_float64_attention_is_declined_but_correct():
+    inputs = tuple(torch.randn(2, 4, 6, 8, dtype=torch.float64) for _ in range(3))
+    lowered = check_parity(Attention(is_causal=True), inputs)
+    assert "Sdpa" not in lowered.nodes and lowered.kernels  # decomposed, then left to the CPU
+    (entry,) = [e for op, e in lowered.report.operators.items() if "scaled_dot_product" in op]
+    assert "float64" in entry.decomposed[0][1]
