@@ -5,6 +5,7 @@ from collections.abc import Sequence
 from . import method_io
 from .backends import create_handle
 from .plan import MethodRunner
+from .direct import direct_runner
 from .errors import PteFormatError
 from .pte_file import PteFile, read_pte
 from .state import ProgramState
@@ -21,10 +22,12 @@ class LoadedProgram:
     def __init__(self, pte: PteFile):
         self.pte = pte
         self._methods: dict[str, MethodRunner] = {}
+        self._direct: dict = {}  # method -> direct_runner(...) or None
         self.state = ProgramState()
         for plan in pte.program.plans:
             handles = [self._init_delegate(plan.name, i, d) for i, d in enumerate(plan.delegates)]
-            self._methods[plan.name] = MethodRunner(plan, pte, handles)
+            self._methods[plan.name] = runner = MethodRunner(plan, pte, handles)
+            self._direct[plan.name] = direct_runner(plan, runner.values, handles)
 
     def _init_delegate(self, method: str, index: int, delegate):
         try:
@@ -49,13 +52,16 @@ class LoadedProgram:
             raise AttributeError(f"program has no method {name!r} (methods: {', '.join(self._methods)})") from None
         values, plan = runner.values, runner.plan
         arrays = method_io.check_inputs(name, [values[i] for i in plan.inputs], inputs)
+        kind = method_io.output_kind(inputs)
+        direct = self._direct[name]
+        if direct is not None:
+            return direct(arrays, kind)
         for index, array in zip(plan.inputs, arrays):
             if isinstance(values[index], TensorValue):
                 values[index].set(array)
             else:
                 values[index] = array
         runner.execute()
-        kind = method_io.output_kind(inputs)
         return [method_io.convert_output(values[i], kind) for i in plan.outputs]
 
     def __getattr__(self, name: str):

@@ -78,3 +78,23 @@ def test_compiled_and_interpreted_runs_agree(monkeypatch):
             expected = module(tokens)
         torch.testing.assert_close(interpreted.forward(tokens), expected, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(lowered.program.forward(tokens), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_single_delegate_methods_run_directly_for_every_input_kind():
+    """A method that is one MLX delegate skips the planned memory; torch, numpy (bf16 as
+    uint16 bits) and mx inputs all come back as their own kind with the same values."""
+    import mlx.core as mx
+    import numpy as np
+
+    module = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.GELU()).to(torch.bfloat16).eval()
+    x = torch.randn(3, 8, dtype=torch.bfloat16)
+    lowered = check_parity(module, (x,))
+    program = lowered.program
+    assert program._direct["forward"] is not None
+    from_torch = program.forward(x)
+    from_numpy = program.forward(x.view(torch.uint16).numpy())
+    from_mx = program.forward(mx.array(x.view(torch.uint16).numpy()).view(mx.bfloat16))
+    assert isinstance(from_numpy, np.ndarray) and from_numpy.dtype == np.uint16
+    assert isinstance(from_mx, mx.array) and from_mx.dtype == mx.bfloat16
+    assert torch.equal(torch.from_numpy(from_numpy).view(torch.bfloat16), from_torch)
+    assert torch.equal(torch.from_numpy(np.array(from_mx.view(mx.uint16))).view(torch.bfloat16), from_torch)
