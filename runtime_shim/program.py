@@ -16,23 +16,25 @@ class LoadedProgram:
     """A program ready to run; every method is also an attribute: ``prog.forward(x)``.
 
     Loading allocates each method's planned memory and initializes its delegates,
-    so state (mutable buffers, delegate caches) lives as long as this object.
+    so state (mutable buffers, delegate caches) lives as long as this object. The file's
+    bytes are not kept: once delegates have copied their weights, only the plan's own
+    constants (views into the bytes) keep them alive.
     """
 
     def __init__(self, pte: PteFile):
-        self.pte = pte
         self._methods: dict[str, MethodRunner] = {}
         self._direct: dict = {}  # method -> direct_runner(...) or None
         self.state = ProgramState()
         for plan in pte.program.plans:
-            handles = [self._init_delegate(plan.name, i, d) for i, d in enumerate(plan.delegates)]
+            handles = [self._init_delegate(pte, plan.name, i, d) for i, d in enumerate(plan.delegates)]
             self._methods[plan.name] = runner = MethodRunner(plan, pte, handles)
             self._direct[plan.name] = direct_runner(plan, runner.values, handles)
 
-    def _init_delegate(self, method: str, index: int, delegate):
+    def _init_delegate(self, pte: PteFile, method: str, index: int, delegate):
         try:
-            return create_handle(delegate.id, self.pte.delegate_data(delegate), delegate.compile_specs,
-                                 self.pte.named_data, self.state)
+            return create_handle(
+                delegate.id, pte.delegate_data(delegate), delegate.compile_specs, pte.named_data, self.state
+            )
         except ValueError as error:  # a payload the backend cannot read is a malformed file
             raise PteFormatError(f"method {method!r}, delegate {index} ({delegate.id}): {error}") from error
 

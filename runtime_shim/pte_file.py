@@ -104,9 +104,14 @@ class PteFile:
             if needed > len(data):
                 raise PteFormatError(f"truncated file: header says {needed} bytes, file has {len(data)}")
         self.program: t.Program = decode_program(data)
-        self.named_data = NamedDataLookup(self)
         for key, index in self.program.named_data.items():
             self._check_segment_index(index, f"named data {key!r}")
+
+    @property
+    def named_data(self) -> NamedDataLookup:
+        """Made on each access rather than stored: a stored lookup would form a reference
+        cycle with this file, keeping the whole file's bytes alive until a gc pass."""
+        return NamedDataLookup(self)
 
     def _check_segment_index(self, index: int, what: str) -> None:
         if not 0 <= index < len(self.program.segments):
