@@ -5,7 +5,8 @@ import operator
 import torch
 from torch import fx
 
-from etmlx.serializer.generated.etmlx_ir import AsType, Scalar
+from etmlx.serializer.generated.etmlx_ir import AsType, Scalar, SymSize
+from etmlx.serializer.ir import int_or_slot
 
 from ..dtypes import fill_fields, ir_dtype
 
@@ -56,3 +57,11 @@ def users_use_only_output(node: fx.Node, index: int = 0):
         if user.target is not operator.getitem or user.args[1] != index:
             return f"a result other than output {index} is used; etmlx computes only that one"
     return None
+
+
+def dim_size(ctx, x, axis: int):
+    """The size of ``x`` along ``axis``: a literal when static, else read at run time."""
+    size = shape_of(x)[axis]
+    if isinstance(size, int):
+        return int_or_slot(size)
+    return ctx.emit(SymSize, x=ctx.tensor(x), axis=axis, outInt=ctx.new_int())

@@ -142,6 +142,14 @@ UNARY = {
     "aten::silu": UnaryOp.Silu,
     "aten::logical_not": UnaryOp.LogicalNot,
     "aten::sign": UnaryOp.Sign,
+    "aten::log1p": UnaryOp.Log1p,
+    "aten::expm1": UnaryOp.Expm1,
+    "aten::tan": UnaryOp.Tan,
+    "aten::atan": UnaryOp.Atan,
+    "aten::asin": UnaryOp.Asin,
+    "aten::acos": UnaryOp.Acos,
+    "aten::sinh": UnaryOp.Sinh,
+    "aten::cosh": UnaryOp.Cosh,
 }
 
 
@@ -192,3 +200,32 @@ def _lower_where(ctx, node):
     dtype = out_dtype(node)
     out = ctx.emit(Where, cond=ctx.tensor(cond), a=as_dtype(ctx, a, dtype), b=as_dtype(ctx, b, dtype))
     ctx.bind(node, out)
+
+
+def _scaled(ctx, slot, factor, dtype):
+    if factor == 1:
+        return slot
+    return ctx.emit(Binary, op=BinaryOp.Mul, a=slot, b=as_dtype(ctx, factor, dtype))
+
+
+@lowers("aten::leaky_relu")
+def _lower_leaky_relu(ctx, node):
+    """where(x > 0, x, x * negative_slope)"""
+    slope = node.args[1] if len(node.args) > 1 else 0.01
+    dtype = out_dtype(node)
+    x = ctx.tensor(node.args[0])
+    positive = ctx.emit(Binary, op=BinaryOp.Greater, a=x, b=as_dtype(ctx, 0, dtype))
+    ctx.bind(node, ctx.emit(Where, cond=positive, a=x, b=_scaled(ctx, x, slope, dtype)))
+
+
+@lowers("aten::elu")
+def _lower_elu(ctx, node):
+    """where(x > 0, scale * x, scale * alpha * expm1(input_scale * x)), as PyTorch computes it."""
+    args = list(node.args) + [1.0, 1.0, 1.0][len(node.args) - 1:]
+    alpha, scale, input_scale = args[1:4]
+    dtype = out_dtype(node)
+    x = ctx.tensor(node.args[0])
+    negative = ctx.emit(Unary, op=UnaryOp.Expm1, x=_scaled(ctx, x, input_scale, dtype))
+    positive = ctx.emit(Binary, op=BinaryOp.Greater, a=x, b=as_dtype(ctx, 0, dtype))
+    ctx.bind(node, ctx.emit(Where, cond=positive, a=_scaled(ctx, x, scale, dtype),
+                            b=_scaled(ctx, negative, alpha * scale, dtype)))

@@ -1,12 +1,26 @@
-"""Softmax, layer norm and batch norm in eval mode."""
+"""Softmax, layer norm, group norm and batch norm in eval mode."""
 
 import torch
 
-from etmlx.serializer.generated.etmlx_ir import Binary, LayerNorm, LogSoftmax, Softmax
+from etmlx.serializer.generated.etmlx_ir import (
+    AsType,
+    Binary,
+    LayerNorm,
+    LogSoftmax,
+    Reduce,
+    Reshape,
+    Softmax,
+    Unary,
+    Variance,
+)
 from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
+from etmlx.serializer.generated.etmlx_ir.ReduceOp import ReduceOp
+from etmlx.serializer.generated.etmlx_ir.UnaryOp import UnaryOp
+from etmlx.serializer.ir import int_or_slot
 
+from ..dtypes import ir_dtype
 from ..registry import is_constant, lowers
-from .common import normalize_axis, out_dtype, rank_of, users_use_only_output
+from .common import as_dtype, dim_size, normalize_axis, out_dtype, rank_of, users_use_only_output
 
 
 def _check_softmax(node):
@@ -63,4 +77,42 @@ def _lower_batch_norm(ctx, node):
     broadcast = (channels,) + (1,) * (rank_of(x) - 2)
     scaled = ctx.emit(Binary, op=BinaryOp.Mul, a=ctx.tensor(x), b=ctx.add_constant(scale.reshape(broadcast).to(dtype)))
     out = ctx.emit(Binary, op=BinaryOp.Add, a=scaled, b=ctx.add_constant(shift.reshape(broadcast).to(dtype)))
+    ctx.bind(node, out, index=0)
+
+
+def _check_group_norm(node):
+    x = node.args[0]
+    if rank_of(x) < 2:
+        return "group norm of a rank-1 input"
+    return users_use_only_output(node)
+
+
+def _per_channel(ctx, arg, rank: int, dtype):
+    """A (C,) weight or bias shaped (C, 1, ..., 1) to broadcast over (N, C, *spatial)."""
+    shape = (-1,) + (1,) * (rank - 2)
+    if ctx.is_constant(arg):
+        return ctx.add_constant(ctx.constant_values[arg].reshape(shape).to(dtype))
+    return ctx.emit(Reshape, x=ctx.tensor(arg), shape=[int_or_slot(s) for s in shape])
+
+
+@lowers("aten::native_group_norm", check=_check_group_norm)
+def _lower_group_norm(ctx, node):
+    """(x - mean) * rsqrt(var + eps) over each group of channels, in float32 for half
+    inputs as PyTorch accumulates, then the per-channel affine."""
+    x, weight, bias, batch, _, _, groups, eps = node.args
+    dtype, rank = out_dtype(node, 0), rank_of(x)
+    wide = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    grouped = ctx.emit(Reshape, x=as_dtype(ctx, x, wide), shape=[ctx.size(batch), int_or_slot(groups), int_or_slot(-1)])
+    mean = ctx.emit(Reduce, op=ReduceOp.Mean, x=grouped, axes=[2], keepdims=True)
+    var = ctx.emit(Variance, x=grouped, axes=[2], keepdims=True, ddof=0)
+    centered = ctx.emit(Binary, op=BinaryOp.Sub, a=grouped, b=mean)
+    inv_std = ctx.emit(Unary, op=UnaryOp.Rsqrt, x=ctx.emit(Binary, op=BinaryOp.Add, a=var, b=as_dtype(ctx, eps, wide)))
+    normed = ctx.emit(Binary, op=BinaryOp.Mul, a=centered, b=inv_std)
+    out = ctx.emit(Reshape, x=normed, shape=[dim_size(ctx, x, axis) for axis in range(rank)])
+    if wide != dtype:
+        out = ctx.emit(AsType, x=out, dtype=ir_dtype(dtype))
+    if weight is not None:
+        out = ctx.emit(Binary, op=BinaryOp.Mul, a=out, b=_per_channel(ctx, weight, rank, dtype))
+    if bias is not None:
+        out = ctx.emit(Binary, op=BinaryOp.Add, a=out, b=_per_channel(ctx, bias, rank, dtype))
     ctx.bind(node, out, index=0)

@@ -2,7 +2,7 @@
 
 import torch
 
-from etmlx.serializer.generated.etmlx_ir import ArgReduce, AsType, Reduce
+from etmlx.serializer.generated.etmlx_ir import ArgReduce, AsType, Reduce, Variance
 from etmlx.serializer.generated.etmlx_ir.ArgReduceOp import ArgReduceOp
 from etmlx.serializer.generated.etmlx_ir.ReduceOp import ReduceOp
 
@@ -76,3 +76,20 @@ def _lower_max_dim(ctx, node):
     op = ReduceOp.Max if node.target.name() == "aten::max.dim" else ReduceOp.Min
     out = ctx.emit(Reduce, op=op, x=ctx.tensor(x), axes=[normalize_axis(dim, rank_of(x))], keepdims=keepdim)
     ctx.bind(node, out, index=0)
+
+
+def _check_var(node):
+    correction = node.kwargs.get("correction", 1)
+    return None if isinstance(correction, (int, float)) and float(correction).is_integer() else "fractional correction"
+
+
+@lowers("aten::var.correction", check=_check_var)
+def _lower_var(ctx, node):
+    x = node.args[0]
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    correction = node.kwargs.get("correction")
+    keepdim = bool(node.kwargs.get("keepdim", False))
+    out = ctx.emit(
+        Variance, x=ctx.tensor(x), axes=_axes(x, dims), keepdims=keepdim, ddof=int(1 if correction is None else correction)
+    )
+    ctx.bind(node, out)

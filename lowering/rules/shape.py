@@ -1,17 +1,19 @@
-"""Reshapes, permutations, slicing, concatenation and gathers.
+"""Reshapes, permutations, slicing, padding, concatenation, repeats and gathers.
 
 Sizes may be SymInts (dynamic dims): they reach the IR as int slots, read at run time.
 """
+
+import torch
 
 from etmlx.serializer.generated.etmlx_ir import (
     AsType,
     BroadcastTo,
     Concatenate,
     ExpandDims,
+    Pad,
     Reshape,
     Slice,
     Squeeze,
-    SymSize,
     Take,
     Tile,
     Transpose,
@@ -20,7 +22,7 @@ from etmlx.serializer.ir import int_or_slot
 
 from ..dtypes import ir_dtype
 from ..registry import lowers
-from .common import normalize_axis, out_dtype, rank_of, shape_of
+from .common import dim_size, is_static, normalize_axis, out_dtype, rank_of, shape_of
 
 INT64_MAX = 2**63 - 1
 
@@ -97,14 +99,6 @@ def _lower_squeeze(ctx, node):
     ctx.bind(node, ctx.emit(Squeeze, x=x, axes=axes) if axes else x)
 
 
-def _dim_size(ctx, x, axis: int):
-    """The size of ``x`` along ``axis``: a literal when static, else read at run time."""
-    size = shape_of(x)[axis]
-    if isinstance(size, int):
-        return int_or_slot(size)
-    return ctx.emit(SymSize, x=ctx.tensor(x), axis=axis, outInt=ctx.new_int())
-
-
 @lowers("aten::expand_copy")
 def _lower_expand(ctx, node):
     x, sizes = node.args[:2]
@@ -112,7 +106,7 @@ def _lower_expand(ctx, node):
     shape = []
     for i, size in enumerate(sizes):
         if isinstance(size, int) and size == -1:
-            shape.append(_dim_size(ctx, x, i - offset))
+            shape.append(dim_size(ctx, x, i - offset))
         else:
             shape.append(ctx.size(size))
     ctx.bind(node, ctx.emit(BroadcastTo, x=ctx.tensor(x), shape=shape))
@@ -243,3 +237,76 @@ def _lower_to_copy(ctx, node):
         ctx.bind(node, ctx.tensor(x))
     else:
         ctx.bind(node, ctx.emit(AsType, x=ctx.tensor(x), dtype=ir_dtype(dtype)))
+
+
+def _check_pad(node):
+    pad = node.args[1]
+    if any(not isinstance(p, int) or p < 0 for p in pad):
+        return "negative or dynamic padding (a crop)"
+    return None
+
+
+@lowers("aten::constant_pad_nd", check=_check_pad)
+def _lower_pad(ctx, node):
+    """PyTorch lists (before, after) pairs from the last axis backwards; MLX per axis."""
+    x, pad = node.args[:2]
+    value = node.args[2] if len(node.args) > 2 else 0
+    pairs = [(0, 0)] * rank_of(x)
+    for i in range(len(pad) // 2):
+        pairs[rank_of(x) - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    width = [p for pair in pairs for p in pair]
+    ctx.bind(node, ctx.emit(Pad, x=ctx.tensor(x), padWidth=width, value=float(value)))
+
+
+def _check_flip(node):
+    x, dims = node.args[:2]
+    if not all(isinstance(shape_of(x)[normalize_axis(d, rank_of(x))], int) for d in dims):
+        return "flip along a dynamic dim"
+    return None
+
+
+@lowers("aten::flip", check=_check_flip)
+def _lower_flip(ctx, node):
+    """A gather with a reversed index, built at export."""
+    x, dims = node.args[:2]
+    out = ctx.tensor(x)
+    for d in sorted({normalize_axis(d, rank_of(x)) for d in dims}):
+        reversed_index = ctx.add_constant(torch.arange(shape_of(x)[d] - 1, -1, -1, dtype=torch.int32))
+        out = ctx.emit(Take, x=out, indices=reversed_index, axis=d)
+    ctx.bind(node, out)
+
+
+def _nearest_scales(node):
+    x, output_size, scale_factors = (list(node.args) + [None, None])[:3]
+    spatial = shape_of(x)[2:]
+    if not is_static(spatial):
+        return None
+    if output_size is not None:
+        if not all(isinstance(o, int) and o % s == 0 for o, s in zip(output_size, spatial)):
+            return None
+        return [o // s for o, s in zip(output_size, spatial)]
+    if scale_factors is None or any(float(f) != int(f) or f < 1 for f in scale_factors):
+        return None
+    return [int(f) for f in scale_factors]
+
+
+def _check_nearest(node):
+    if _nearest_scales(node) is None:
+        return "nearest upsampling by a non-integer or dynamic factor"
+    return None
+
+
+@lowers("aten::upsample_nearest2d.vec", check=_check_nearest)
+def _lower_nearest(ctx, node):
+    """With an integer factor s, nearest upsampling repeats every element s times per
+    spatial axis: (N, C, H, W) -> (N, C, H, 1, W, 1) -> broadcast (.., s, .., s) -> merge."""
+    x = node.args[0]
+    scales = _nearest_scales(node)
+    batch = [dim_size(ctx, x, 0), dim_size(ctx, x, 1)]
+    spatial = shape_of(x)[2:]
+    split = [int_or_slot(v) for n in spatial for v in (n, 1)]
+    widened = [int_or_slot(v) for n, s in zip(spatial, scales) for v in (n, s)]
+    out = ctx.emit(Reshape, x=ctx.tensor(x), shape=batch + split)
+    out = ctx.emit(BroadcastTo, x=out, shape=batch + widened)
+    merged = [int_or_slot(n * s) for n, s in zip(spatial, scales)]
+    ctx.bind(node, ctx.emit(Reshape, x=out, shape=batch + merged))

@@ -27,6 +27,14 @@ UNARY = {
     UnaryOp.GeluTanh: nn.gelu_approx,
     UnaryOp.LogicalNot: mx.logical_not,
     UnaryOp.Sign: mx.sign,
+    UnaryOp.Log1p: mx.log1p,
+    UnaryOp.Expm1: mx.expm1,
+    UnaryOp.Tan: mx.tan,
+    UnaryOp.Atan: mx.arctan,
+    UnaryOp.Asin: mx.arcsin,
+    UnaryOp.Acos: mx.arccos,
+    UnaryOp.Sinh: mx.sinh,
+    UnaryOp.Cosh: mx.cosh,
 }
 
 BINARY = {

@@ -15,7 +15,14 @@ REDUCE = {
 
 ARG_REDUCE = {ArgReduceOp.ArgMax: mx.argmax, ArgReduceOp.ArgMin: mx.argmin}
 
+def _variance(op, env):
+    x = env.t(op.x)
+    wide = x.astype(mx.float32) if x.dtype in (mx.float16, mx.bfloat16) else x  # PyTorch accumulates in float32
+    return mx.var(wide, axis=list(op.axes or []), keepdims=op.keepdims, ddof=op.ddof).astype(x.dtype)
+
+
 HANDLERS = {
+    "Variance": _variance,
     "Reduce": lambda op, env: REDUCE[op.op](env.t(op.x), axis=list(op.axes or []), keepdims=op.keepdims),
     "ArgReduce": lambda op, env: ARG_REDUCE[op.op](env.t(op.x), axis=op.axis, keepdims=op.keepdims),
 }

@@ -10,7 +10,15 @@ def _slice(op, env):
     return x[tuple(index)]
 
 
+def _pad(op, env):
+    x = env.t(op.x)
+    width = list(op.padWidth)
+    pairs = [(width[i], width[i + 1]) for i in range(0, len(width), 2)]
+    return mx.pad(x, pairs, constant_values=mx.array(op.value, dtype=x.dtype))
+
+
 HANDLERS = {
+    "Pad": _pad,
     "Reshape": lambda op, env: mx.reshape(env.t(op.x), env.sizes(op.shape)),
     "Transpose": lambda op, env: mx.transpose(env.t(op.x), list(op.perm)),
     "ExpandDims": lambda op, env: mx.expand_dims(env.t(op.x), list(op.axes)),

@@ -233,5 +233,21 @@ def test_rules_that_edge_decomposes_lowered_directly():
     assert "FloorDivide" in lowered_directly(lambda a, b: aten.floor_divide.default(a, b), ints)
 
 
+@pytest.mark.parametrize("dtype,shape", dtype_shape_cases([(7,), (2, 3, 5)]))
+def test_more_unary_and_activations(dtype, shape):
+    x = (torch.randn(shape) * 2).to(dtype)
+
+    def fn(x):
+        unit = x.clamp(-0.9, 0.9)
+        return (
+            x.abs().log1p(), x.expm1(), unit.tan(), x.atan(), unit.asin(), unit.acos(), x.sinh(), x.cosh(),
+            F.leaky_relu(x, 0.2), F.elu(x), F.elu(x, alpha=0.5), F.celu(x, alpha=2.0), F.selu(x),
+        )
+
+    lowered = delegated(fn, (x,))
+    for node in ["Log1p", "Expm1", "Tan", "Atan", "Asin", "Acos", "Sinh", "Cosh", "Where"]:
+        assert node in lowered.nodes
+
+
 def test_every_elementwise_rule_is_tested(whole_file):
     assert untested_rules("elementwise") == set()

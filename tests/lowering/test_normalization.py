@@ -71,5 +71,24 @@ def test_batch_norm_eval(norm, shape, dtype):
     delegated(norm.to(dtype), (torch.randn(shape, dtype=dtype),), exact=["Mul", "Add"])
 
 
+@pytest.mark.parametrize("dtype,shape", dtype_shape_cases([(2, 6, 5), (1, 6, 4, 4), (2, 6, 2, 3, 2)]))
+def test_group_norm(dtype, shape):
+    affine = torch.nn.GroupNorm(3, 6).to(dtype)
+    with torch.no_grad():
+        affine.weight.uniform_(0.5, 1.5)
+        affine.bias.uniform_(-0.5, 0.5)
+    plain = torch.nn.GroupNorm(2, 6, affine=False).to(dtype)
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.affine, self.plain = affine, plain
+
+        def forward(self, x):
+            return self.affine(x), self.plain(x * 3 + 1)
+
+    delegated(M(), (torch.randn(shape).to(dtype),), nodes=["Variance", "Rsqrt"])
+
+
 def test_every_normalization_rule_is_tested(whole_file):
     assert untested_rules("normalization") == set()

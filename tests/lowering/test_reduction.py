@@ -77,5 +77,12 @@ def test_rules_that_edge_decomposes_lowered_directly():
     assert "All" in lowered_directly(lambda x: (aten.all.dim(x > 0, 1), aten.all.dims(x > 0, [0, 1]), aten.all.default(x > 0)), (x,))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_var_and_std(dtype):
+    x = (torch.randn(3, 5, 6) + 2).to(dtype)
+    fn = lambda x: (x.var(-1), x.var((0, 2), keepdim=True), x.var(1, correction=0), x.std(-1), torch.var(x))  # noqa: E731
+    delegated(fn, (x,), nodes=["Variance"])
+
+
 def test_every_reduction_rule_is_tested(whole_file):
     assert untested_rules("reduction") == set()

@@ -186,5 +186,31 @@ def test_rules_that_edge_decomposes_lowered_directly():
     assert lowered_directly(lambda x: aten._to_copy.default(x, dtype=torch.bfloat16), (x,)) == ["AsType"]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64], ids=str)
+def test_pad_flip_and_nearest_upsampling(dtype):
+    x = (torch.randn(2, 3, 4, 5) * 4).to(dtype)
+    import torch.nn.functional as F
+
+    def fn(x):
+        return (
+            F.pad(x, (1, 2), value=3),
+            F.pad(x, (0, 1, 2, 0)),
+            torch.flip(x, [1, -1]),
+            F.interpolate(x, scale_factor=2, mode="nearest") if dtype.is_floating_point else x,
+            F.interpolate(x, size=(8, 15), mode="nearest") if dtype.is_floating_point else x,
+        )
+
+    lowered = delegated(fn, (x,), nodes=["Pad", "Take"])
+    assert "BroadcastTo" in lowered.nodes or not dtype.is_floating_point
+
+
+def test_fractional_upsampling_and_crops_are_declined_but_correct():
+    import torch.nn.functional as F
+
+    x = torch.randn(1, 2, 4, 4)
+    declined(lambda x: F.interpolate(x, scale_factor=1.5, mode="nearest"), (x,), "aten::upsample_nearest2d.vec")
+    declined(lambda x: F.pad(x, (-1, 1)), (x,), "aten::constant_pad_nd")
+
+
 def test_every_shape_rule_is_tested(whole_file):
     assert untested_rules("shape") == set()

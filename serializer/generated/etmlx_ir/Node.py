@@ -83,6 +83,7 @@ import etmlx.serializer.generated.etmlx_ir.LayerNorm
 import etmlx.serializer.generated.etmlx_ir.LogSoftmax
 import etmlx.serializer.generated.etmlx_ir.Matmul
 import etmlx.serializer.generated.etmlx_ir.Op
+import etmlx.serializer.generated.etmlx_ir.Pad
 import etmlx.serializer.generated.etmlx_ir.Pool
 import etmlx.serializer.generated.etmlx_ir.Reduce
 import etmlx.serializer.generated.etmlx_ir.Reshape
@@ -100,6 +101,7 @@ import etmlx.serializer.generated.etmlx_ir.TakeAlongAxis
 import etmlx.serializer.generated.etmlx_ir.Tile
 import etmlx.serializer.generated.etmlx_ir.Transpose
 import etmlx.serializer.generated.etmlx_ir.Unary
+import etmlx.serializer.generated.etmlx_ir.Variance
 import etmlx.serializer.generated.etmlx_ir.Where
 try:
     from typing import Union
@@ -111,7 +113,7 @@ class NodeT(object):
     # NodeT
     def __init__(self):
         self.opType = 0  # type: int
-        self.op = None  # type: Union[None, etmlx.serializer.generated.etmlx_ir.Unary.UnaryT, etmlx.serializer.generated.etmlx_ir.Binary.BinaryT, etmlx.serializer.generated.etmlx_ir.Where.WhereT, etmlx.serializer.generated.etmlx_ir.AsType.AsTypeT, etmlx.serializer.generated.etmlx_ir.Scalar.ScalarT, etmlx.serializer.generated.etmlx_ir.Matmul.MatmulT, etmlx.serializer.generated.etmlx_ir.Addmm.AddmmT, etmlx.serializer.generated.etmlx_ir.Softmax.SoftmaxT, etmlx.serializer.generated.etmlx_ir.LogSoftmax.LogSoftmaxT, etmlx.serializer.generated.etmlx_ir.LayerNorm.LayerNormT, etmlx.serializer.generated.etmlx_ir.Reshape.ReshapeT, etmlx.serializer.generated.etmlx_ir.Transpose.TransposeT, etmlx.serializer.generated.etmlx_ir.ExpandDims.ExpandDimsT, etmlx.serializer.generated.etmlx_ir.Squeeze.SqueezeT, etmlx.serializer.generated.etmlx_ir.BroadcastTo.BroadcastToT, etmlx.serializer.generated.etmlx_ir.Slice.SliceT, etmlx.serializer.generated.etmlx_ir.Concatenate.ConcatenateT, etmlx.serializer.generated.etmlx_ir.Take.TakeT, etmlx.serializer.generated.etmlx_ir.Reduce.ReduceT, etmlx.serializer.generated.etmlx_ir.ArgReduce.ArgReduceT, etmlx.serializer.generated.etmlx_ir.Conv.ConvT, etmlx.serializer.generated.etmlx_ir.Pool.PoolT, etmlx.serializer.generated.etmlx_ir.Full.FullT, etmlx.serializer.generated.etmlx_ir.Arange.ArangeT, etmlx.serializer.generated.etmlx_ir.SymSize.SymSizeT, etmlx.serializer.generated.etmlx_ir.IntBinary.IntBinaryT, etmlx.serializer.generated.etmlx_ir.Sdpa.SdpaT, etmlx.serializer.generated.etmlx_ir.Roll.RollT, etmlx.serializer.generated.etmlx_ir.TakeAlongAxis.TakeAlongAxisT, etmlx.serializer.generated.etmlx_ir.Index.IndexT, etmlx.serializer.generated.etmlx_ir.Scan.ScanT, etmlx.serializer.generated.etmlx_ir.IndexPut.IndexPutT, etmlx.serializer.generated.etmlx_ir.Tile.TileT, etmlx.serializer.generated.etmlx_ir.SizeScalar.SizeScalarT]
+        self.op = None  # type: Union[None, etmlx.serializer.generated.etmlx_ir.Unary.UnaryT, etmlx.serializer.generated.etmlx_ir.Binary.BinaryT, etmlx.serializer.generated.etmlx_ir.Where.WhereT, etmlx.serializer.generated.etmlx_ir.AsType.AsTypeT, etmlx.serializer.generated.etmlx_ir.Scalar.ScalarT, etmlx.serializer.generated.etmlx_ir.Matmul.MatmulT, etmlx.serializer.generated.etmlx_ir.Addmm.AddmmT, etmlx.serializer.generated.etmlx_ir.Softmax.SoftmaxT, etmlx.serializer.generated.etmlx_ir.LogSoftmax.LogSoftmaxT, etmlx.serializer.generated.etmlx_ir.LayerNorm.LayerNormT, etmlx.serializer.generated.etmlx_ir.Reshape.ReshapeT, etmlx.serializer.generated.etmlx_ir.Transpose.TransposeT, etmlx.serializer.generated.etmlx_ir.ExpandDims.ExpandDimsT, etmlx.serializer.generated.etmlx_ir.Squeeze.SqueezeT, etmlx.serializer.generated.etmlx_ir.BroadcastTo.BroadcastToT, etmlx.serializer.generated.etmlx_ir.Slice.SliceT, etmlx.serializer.generated.etmlx_ir.Concatenate.ConcatenateT, etmlx.serializer.generated.etmlx_ir.Take.TakeT, etmlx.serializer.generated.etmlx_ir.Reduce.ReduceT, etmlx.serializer.generated.etmlx_ir.ArgReduce.ArgReduceT, etmlx.serializer.generated.etmlx_ir.Conv.ConvT, etmlx.serializer.generated.etmlx_ir.Pool.PoolT, etmlx.serializer.generated.etmlx_ir.Full.FullT, etmlx.serializer.generated.etmlx_ir.Arange.ArangeT, etmlx.serializer.generated.etmlx_ir.SymSize.SymSizeT, etmlx.serializer.generated.etmlx_ir.IntBinary.IntBinaryT, etmlx.serializer.generated.etmlx_ir.Sdpa.SdpaT, etmlx.serializer.generated.etmlx_ir.Roll.RollT, etmlx.serializer.generated.etmlx_ir.TakeAlongAxis.TakeAlongAxisT, etmlx.serializer.generated.etmlx_ir.Index.IndexT, etmlx.serializer.generated.etmlx_ir.Scan.ScanT, etmlx.serializer.generated.etmlx_ir.IndexPut.IndexPutT, etmlx.serializer.generated.etmlx_ir.Tile.TileT, etmlx.serializer.generated.etmlx_ir.SizeScalar.SizeScalarT, etmlx.serializer.generated.etmlx_ir.Variance.VarianceT, etmlx.serializer.generated.etmlx_ir.Pad.PadT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

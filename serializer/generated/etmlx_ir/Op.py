@@ -39,6 +39,8 @@ class Op(object):
     IndexPut = 32
     Tile = 33
     SizeScalar = 34
+    Variance = 35
+    Pad = 36
 
 def OpCreator(unionType, table):
     from flatbuffers.table import Table
@@ -146,4 +148,10 @@ def OpCreator(unionType, table):
     if unionType == Op().SizeScalar:
         import etmlx.serializer.generated.etmlx_ir.SizeScalar
         return etmlx.serializer.generated.etmlx_ir.SizeScalar.SizeScalarT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op().Variance:
+        import etmlx.serializer.generated.etmlx_ir.Variance
+        return etmlx.serializer.generated.etmlx_ir.Variance.VarianceT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op().Pad:
+        import etmlx.serializer.generated.etmlx_ir.Pad
+        return etmlx.serializer.generated.etmlx_ir.Pad.PadT.InitFromBuf(table.Bytes, table.Pos)
     return None

@@ -24,3 +24,11 @@ class UnaryOp(object):
     GeluTanh = 17
     LogicalNot = 18
     Sign = 19
+    Log1p = 20
+    Expm1 = 21
+    Tan = 22
+    Atan = 23
+    Asin = 24
+    Acos = 25
+    Sinh = 26
+    Cosh = 27
