@@ -17,10 +17,16 @@ def _to_channels_first(rank: int) -> list:
     return [0, rank - 1] + list(range(1, rank - 1))
 
 
+def _weight_layout(rank: int, transposed: bool) -> list:
+    """PyTorch keeps (C_out, C_in/g, *kernel), or (C_in, C_out, *kernel) when transposed;
+    MLX wants (C_out, *kernel, C_in) for both."""
+    return [1] + list(range(2, rank)) + [0] if transposed else _to_channels_last(rank)
+
+
 def _check_conv(node):
     x, weight, bias, stride, padding, dilation, transposed, output_padding, groups = node.args
-    if transposed:
-        return "transposed convolution"
+    if transposed and groups != 1:
+        return "grouped transposed convolution (MLX's takes groups=1)"
     if rank_of(x) not in (3, 4, 5):
         return f"convolution of a rank-{rank_of(x)} input"
     if isinstance(padding, str):
@@ -30,15 +36,17 @@ def _check_conv(node):
 
 @lowers("aten::convolution", check=_check_conv)
 def _lower_conv(ctx, node):
-    x, weight, bias, stride, padding, dilation, _, _, groups = node.args
+    x, weight, bias, stride, padding, dilation, transposed, output_padding, groups = node.args
     rank = rank_of(x)
+    layout = _weight_layout(rank, transposed)
     if ctx.is_constant(weight):
-        w = ctx.add_constant(ctx.constant_values[weight].permute(_to_channels_last(rank)).contiguous())
+        w = ctx.add_constant(ctx.constant_values[weight].permute(layout).contiguous())
     else:
-        w = ctx.emit(Transpose, x=ctx.tensor(weight), perm=_to_channels_last(rank))
+        w = ctx.emit(Transpose, x=ctx.tensor(weight), perm=layout)
     x_last = ctx.emit(Transpose, x=ctx.tensor(x), perm=_to_channels_last(rank))
     out = ctx.emit(
-        Conv, x=x_last, weight=w, stride=list(stride), padding=list(padding), dilation=list(dilation), groups=groups
+        Conv, x=x_last, weight=w, stride=list(stride), padding=list(padding), dilation=list(dilation), groups=groups,
+        transposed=bool(transposed), outputPadding=list(output_padding),
     )
     if bias is not None:  # channels are last here, so the bias broadcasts as it is
         out = ctx.emit(Binary, op=BinaryOp.Add, a=out, b=ctx.tensor(bias))

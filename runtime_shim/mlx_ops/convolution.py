@@ -7,7 +7,24 @@ import mlx.core as mx
 from etmlx.serializer.generated.etmlx_ir.PoolOp import PoolOp
 
 
+_CONV_TRANSPOSE = {1: mx.conv_transpose1d, 2: mx.conv_transpose2d, 3: mx.conv_transpose3d}
+
+
 def _conv(op, env):
+    if op.transposed:
+        spatial = len(op.stride)
+
+        def per_axis(values):  # conv_transpose1d takes ints, 2d/3d tuples
+            return values[0] if spatial == 1 else tuple(values)
+
+        return _CONV_TRANSPOSE[spatial](
+            env.t(op.x),
+            env.t(op.weight),
+            stride=per_axis(op.stride),
+            padding=per_axis(op.padding),
+            dilation=per_axis(op.dilation),
+            output_padding=per_axis(op.outputPadding or [0] * spatial),
+        )
     return mx.conv_general(
         env.t(op.x),
         env.t(op.weight),

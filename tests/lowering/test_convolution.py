@@ -30,9 +30,27 @@ def test_conv_with_a_weight_computed_at_run_time():
     delegated(lambda x, w: F.conv2d(x, w, padding=1), (torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)), nodes=["Conv"])
 
 
-def test_transposed_conv_is_declined_but_correct():
-    conv = torch.nn.ConvTranspose2d(3, 2, 3, stride=2)
-    reason = declined(conv, (torch.randn(1, 3, 4, 4),), "aten::convolution")
+TRANSPOSED = [
+    (torch.nn.ConvTranspose1d(4, 3, 3, stride=2), (2, 4, 7)),
+    (torch.nn.ConvTranspose2d(3, 2, 3, stride=2, padding=1, output_padding=1), (1, 3, 4, 5)),
+    (torch.nn.ConvTranspose2d(2, 4, (2, 3), stride=(2, 1), dilation=(1, 2), bias=False), (2, 2, 3, 4)),
+    (torch.nn.ConvTranspose3d(2, 2, 2, stride=2), (1, 2, 2, 3, 2)),
+]
+
+
+@pytest.mark.parametrize(
+    "index,dtype", [(i, FLOATS[i % 3]) for i in range(len(TRANSPOSED))],
+    ids=["1d-strided", "2d-padded-output-padding", "2d-dilated-nobias", "3d"],
+)
+def test_transposed_conv(index, dtype):
+    conv, shape = TRANSPOSED[index]
+    lowered = delegated(conv.to(dtype), (torch.randn(shape, dtype=dtype),), nodes=["Conv"])
+    assert ("Add" in lowered.nodes) == (conv.bias is not None)
+
+
+def test_grouped_transposed_conv_is_declined_but_correct():
+    conv = torch.nn.ConvTranspose2d(4, 2, 3, stride=2, groups=2)
+    reason = declined(conv, (torch.randn(1, 4, 4, 4),), "aten::convolution")
     assert "transposed" in reason
 
 

@@ -146,8 +146,42 @@ class Conv(object):
             return obj
         return None
 
+    # Conv
+    def Transposed(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+    # Conv
+    def OutputPadding(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # Conv
+    def OutputPaddingAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int32Flags, o)
+        return 0
+
+    # Conv
+    def OutputPaddingLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Conv
+    def OutputPaddingIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        return o == 0
+
 def ConvStart(builder):
-    builder.StartObject(7)
+    builder.StartObject(9)
 
 def Start(builder):
     ConvStart(builder)
@@ -212,6 +246,24 @@ def ConvAddOut(builder, out):
 def AddOut(builder, out):
     ConvAddOut(builder, out)
 
+def ConvAddTransposed(builder, transposed):
+    builder.PrependBoolSlot(7, transposed, 0)
+
+def AddTransposed(builder, transposed):
+    ConvAddTransposed(builder, transposed)
+
+def ConvAddOutputPadding(builder, outputPadding):
+    builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(outputPadding), 0)
+
+def AddOutputPadding(builder, outputPadding):
+    ConvAddOutputPadding(builder, outputPadding)
+
+def ConvStartOutputPaddingVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartOutputPaddingVector(builder, numElems):
+    return ConvStartOutputPaddingVector(builder, numElems)
+
 def ConvEnd(builder):
     return builder.EndObject()
 
@@ -235,6 +287,8 @@ class ConvT(object):
         self.dilation = None  # type: List[int]
         self.groups = 1  # type: int
         self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.transposed = False  # type: bool
+        self.outputPadding = None  # type: List[int]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -285,6 +339,14 @@ class ConvT(object):
         self.groups = conv.Groups()
         if conv.Out() is not None:
             self.out = etmlx.serializer.generated.etmlx_ir.Tid.TidT.InitFromObj(conv.Out())
+        self.transposed = conv.Transposed()
+        if not conv.OutputPaddingIsNone():
+            if np is None:
+                self.outputPadding = []
+                for i in range(conv.OutputPaddingLength()):
+                    self.outputPadding.append(conv.OutputPadding(i))
+            else:
+                self.outputPadding = conv.OutputPaddingAsNumpy()
 
     # ConvT
     def Pack(self, builder):
@@ -312,6 +374,14 @@ class ConvT(object):
                 for i in reversed(range(len(self.dilation))):
                     builder.PrependInt32(self.dilation[i])
                 dilation = builder.EndVector()
+        if self.outputPadding is not None:
+            if np is not None and type(self.outputPadding) is np.ndarray:
+                outputPadding = builder.CreateNumpyVector(self.outputPadding)
+            else:
+                ConvStartOutputPaddingVector(builder, len(self.outputPadding))
+                for i in reversed(range(len(self.outputPadding))):
+                    builder.PrependInt32(self.outputPadding[i])
+                outputPadding = builder.EndVector()
         ConvStart(builder)
         if self.x is not None:
             x = self.x.Pack(builder)
@@ -329,5 +399,8 @@ class ConvT(object):
         if self.out is not None:
             out = self.out.Pack(builder)
             ConvAddOut(builder, out)
+        ConvAddTransposed(builder, self.transposed)
+        if self.outputPadding is not None:
+            ConvAddOutputPadding(builder, outputPadding)
         conv = ConvEnd(builder)
         return conv
