@@ -7,6 +7,7 @@ import torch
 
 from etmlx.serializer.generated.etmlx_ir import (
     AsType,
+    Binary,
     BroadcastTo,
     Concatenate,
     ExpandDims,
@@ -18,11 +19,12 @@ from etmlx.serializer.generated.etmlx_ir import (
     Tile,
     Transpose,
 )
+from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
 from etmlx.serializer.ir import int_or_slot
 
 from ..dtypes import ir_dtype
 from ..registry import lowers
-from .common import dim_size, is_static, normalize_axis, out_dtype, rank_of, shape_of
+from .common import as_dtype, dim_size, is_static, normalize_axis, out_dtype, rank_of, shape_of
 
 INT64_MAX = 2**63 - 1
 
@@ -310,3 +312,43 @@ def _lower_nearest(ctx, node):
     out = ctx.emit(BroadcastTo, x=out, shape=batch + widened)
     merged = [int_or_slot(n * s) for n, s in zip(spatial, scales)]
     ctx.bind(node, ctx.emit(Reshape, x=out, shape=batch + merged))
+
+
+def _check_bilinear(node):
+    x = node.args[0]
+    return None if is_static(shape_of(x)) else "bilinear upsampling of a dynamic shape"
+
+
+def _source_index(in_size: int, out_size: int, align_corners: bool, scale):
+    """PyTorch's area_pixel_compute_source_index, per output position: (i0, i1, w1)."""
+    if align_corners:
+        ratio = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+        src = torch.arange(out_size, dtype=torch.float64) * ratio
+    else:
+        ratio = 1.0 / scale if scale else in_size / out_size
+        src = ((torch.arange(out_size, dtype=torch.float64) + 0.5) * ratio - 0.5).clamp(min=0)
+    i0 = src.floor().long().clamp(max=in_size - 1)
+    i1 = (i0 + 1).clamp(max=in_size - 1)
+    return i0, i1, (src - i0).to(torch.float32)
+
+
+@lowers("aten::upsample_bilinear2d.vec", check=_check_bilinear)
+def _lower_bilinear(ctx, node):
+    """Separable linear interpolation: per spatial axis, two gathers with indices and
+    weights computed at export, blended in float32."""
+    x, output_size, align_corners, scale_factors = (list(node.args) + [None])[:4]
+    dtype = out_dtype(node)
+    spatial = shape_of(x)[2:]
+    if output_size is None:
+        output_size = [int(n * s) for n, s in zip(spatial, scale_factors)]
+    out = as_dtype(ctx, x, torch.float32)
+    for axis, (n, m) in enumerate(zip(spatial, output_size), start=2):
+        scale = scale_factors[axis - 2] if scale_factors else None
+        i0, i1, w1 = _source_index(n, m, bool(align_corners), scale)
+        weight_shape = (m,) + (1,) * (rank_of(x) - 1 - axis)
+        low = ctx.emit(Take, x=out, indices=ctx.add_constant(i0.to(torch.int32)), axis=axis)
+        high = ctx.emit(Take, x=out, indices=ctx.add_constant(i1.to(torch.int32)), axis=axis)
+        delta = ctx.emit(Binary, op=BinaryOp.Sub, a=high, b=low)
+        step = ctx.emit(Binary, op=BinaryOp.Mul, a=delta, b=ctx.add_constant(w1.reshape(weight_shape)))
+        out = ctx.emit(Binary, op=BinaryOp.Add, a=low, b=step)
+    ctx.bind(node, out if dtype == torch.float32 else ctx.emit(AsType, x=out, dtype=ir_dtype(dtype)))

@@ -204,6 +204,23 @@ def test_pad_flip_and_nearest_upsampling(dtype):
     assert "BroadcastTo" in lowered.nodes or not dtype.is_floating_point
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_bilinear_upsampling(dtype, align_corners):
+    import torch.nn.functional as F
+
+    x = torch.randn(2, 3, 4, 5).to(dtype)
+
+    def fn(x):
+        return (
+            F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=align_corners),
+            F.interpolate(x, size=(7, 3), mode="bilinear", align_corners=align_corners),
+            F.interpolate(x, scale_factor=1.5, mode="bilinear", align_corners=align_corners),
+        )
+
+    delegated(fn, (x,), nodes=["Take"])
+
+
 def test_fractional_upsampling_and_crops_are_declined_but_correct():
     import torch.nn.functional as F
 
