@@ -58,3 +58,27 @@ def test_decode_reads_what_prefill_wrote(exported):
     with_history.prefill(torch.tensor([PROMPT]), torch.arange(len(PROMPT)))
     step = (torch.tensor([[7]]), torch.tensor([len(PROMPT)]))
     assert not torch.allclose(with_history.decode(*step), etmlx.load(path).decode(*step))
+
+
+def test_generation_runs_without_torch(exported):
+    """The runtime needs mlx, flatbuffers and numpy alone for a fully delegated program."""
+    import subprocess
+    import sys
+
+    _, path, _ = exported
+    code = f"""
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "executorch", "transformers"):
+            raise ImportError("blocked: " + name)
+sys.meta_path.insert(0, Block())
+import numpy as np, etmlx
+program = etmlx.load({str(path)!r})
+logits = program.prefill(np.array([[1, 2, 3]]), np.arange(3))
+logits = program.decode(np.array([[4]]), np.array([3]))
+print(logits.shape, "torch" in sys.modules)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["(1,", "1,", "128)", "False"]
