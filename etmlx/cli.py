@@ -38,6 +38,9 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
         return args.handler(args)
+    except BrokenPipeError:  # the reader (head, less) went away: nothing went wrong here
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (EtMlxError, ValueError, RuntimeError, OSError, KeyError) as error:
         print(f"etmlx {args.command}: error: {error}", file=sys.stderr)
         return 1

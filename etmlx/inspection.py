@@ -1,5 +1,7 @@
 """``etmlx inspect``: what a .pte holds, with each etmlx delegate's MLX nodes in order."""
 
+import textwrap
+
 from etmlx.runtime_shim.describe import describe
 from etmlx.runtime_shim.mlx_delegate import BACKEND_ID
 from etmlx.runtime_shim.pte_file import read_pte
@@ -55,7 +57,9 @@ def format_text(report: dict) -> str:
         for i, delegate in enumerate(method["delegates"]):
             lines.append(f"  delegate {i}: {delegate['backend']} ({delegate['payload_bytes']} bytes of IR)")
             if "nodes" in delegate:
-                lines.append(f"    nodes ({len(delegate['nodes'])}): {' -> '.join(delegate['nodes'])}")
+                chain = textwrap.wrap(" -> ".join(delegate["nodes"]), 96, break_on_hyphens=False)
+                lines.append(f"    nodes ({len(delegate['nodes'])}):")
+                lines.extend(f"      {part}" for part in chain)
                 for label in ("constants", "buffers"):
                     for tensor in delegate[label]:
                         size = report["named_data"].get(tensor["key"], 0)
