@@ -1,0 +1,66 @@
+"""The etmlx command as a user runs it: export, inspect, run, and one clear line on bad input."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def etmlx(*args):
+    return subprocess.run([sys.executable, "-m", "etmlx.cli", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def mlp_pte(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "mlp.pte"
+    result = etmlx("export", "examples/models.py:mlp", "-o", str(path), "--report")
+    assert result.returncode == 0, result.stderr
+    assert "etmlx: all 8 operator calls delegated to MLX" in result.stdout
+    assert "aten::addmm" in result.stdout  # the per-operator report
+    return path
+
+
+def test_inspect_json(mlp_pte):
+    result = etmlx("inspect", str(mlp_pte), "--json")
+    report = json.loads(result.stdout)
+    (delegate,) = report["methods"]["forward"]["delegates"]
+    assert delegate["backend"] == "EtMlxBackend"
+    assert delegate["nodes"] == ["Addmm", "Relu", "Addmm", "Relu", "Addmm"]
+    assert report["methods"]["forward"]["kernels"] == []
+
+
+def test_run_with_inputs_file(mlp_pte, tmp_path):
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, np.zeros((4, 64), np.float32))
+    result = etmlx("run", str(mlp_pte), "--inputs", str(inputs), "--iterations", "2")
+    assert result.returncode == 0, result.stderr
+    assert "output 0: float32 (4, 10)" in result.stdout and "time per call" in result.stdout
+    assert "BLAS:" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "README.md"], "not an ExecuTorch .pte file"),
+        (["export", "examples/models.py", "-o", "x.pte"], "expected FILE.py:FACTORY"),
+        (["export", "examples/models.py:missing", "-o", "x.pte"], "has no callable 'missing'"),
+    ],
+)
+def test_bad_input_is_one_clear_line(args, message):
+    result = etmlx(*args)
+    assert result.returncode == 1
+    (line,) = [line for line in result.stderr.splitlines() if line.strip()]
+    assert line.startswith(f"etmlx {args[0]}: error:") and message in line
+
+
+def test_wrong_input_shape(mlp_pte, tmp_path):
+    inputs = tmp_path / "bad.npz"
+    np.savez(inputs, np.zeros((4, 63), np.float32))
+    result = etmlx("run", str(mlp_pte), "--inputs", str(inputs))
+    assert result.returncode == 1
+    assert "input 0 has shape (4, 63), expected (4, 64)" in result.stderr
