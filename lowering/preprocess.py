@@ -16,6 +16,7 @@ from etmlx.serializer import serialize
 from . import rules  # noqa: F401  (registers every rule)
 from .context import LoweringContext
 from .folding import fold_constant
+from .passes import remove_dead_nodes
 from .registry import check_node, getitem_source, mark_constants, rule_for
 
 BACKEND_ID = "EtMlxBackend"
@@ -61,6 +62,7 @@ def lower_program(program: ExportedProgram, store: NamedDataStore):
             _lower_node(ctx, node)
         elif node.op == "output":
             _lower_outputs(ctx, program, node, placeholders)
+    remove_dead_nodes(ctx.graph)
     return ctx.graph
 
 

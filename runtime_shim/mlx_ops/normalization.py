@@ -13,7 +13,12 @@ def _log_softmax(op, env):
     return (wide - mx.logsumexp(wide, axis=op.axis, keepdims=True)).astype(x.dtype)
 
 
+def _rms_norm(op, env):
+    return mx.fast.rms_norm(env.t(op.x), env.t(op.weight) if op.hasWeight else None, op.eps)
+
+
 HANDLERS = {
+    "RmsNorm": _rms_norm,
     "Softmax": lambda op, env: mx.softmax(env.t(op.x), axis=op.axis, precise=True),
     "LogSoftmax": _log_softmax,
     "LayerNorm": _layer_norm,

@@ -41,6 +41,7 @@ class Op(object):
     SizeScalar = 34
     Variance = 35
     Pad = 36
+    RmsNorm = 37
 
 def OpCreator(unionType, table):
     from flatbuffers.table import Table
@@ -154,4 +155,7 @@ def OpCreator(unionType, table):
     if unionType == Op().Pad:
         import etmlx.serializer.generated.etmlx_ir.Pad
         return etmlx.serializer.generated.etmlx_ir.Pad.PadT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op().RmsNorm:
+        import etmlx.serializer.generated.etmlx_ir.RmsNorm
+        return etmlx.serializer.generated.etmlx_ir.RmsNorm.RmsNormT.InitFromBuf(table.Bytes, table.Pos)
     return None
