@@ -75,3 +75,18 @@ def test_float64_is_declined_but_correct():
     assert any("float64" in reason for _, reason in lowered.report.operators["aten::exp"].declined)
     assert "aten::exp.out" in lowered.kernels
     assert "Relu" in lowered.nodes
+
+
+def test_plain_executorch_route_runs_in_etmlx():
+    """The README's route through ExecuTorch's own API, with no etmlx helper in between."""
+    import etmlx
+    from executorch.exir import to_edge_transform_and_lower
+
+    from etmlx.partitioner import MlxPartitioner
+    from examples import models
+
+    module, inputs, _ = models.encoder_block()
+    pte = to_edge_transform_and_lower(torch.export.export(module, inputs), partitioner=[MlxPartitioner()]).to_executorch()
+    with torch.no_grad():
+        expected = module(*inputs)
+    assert_close(etmlx.load(pte.buffer).forward(*inputs), expected)
