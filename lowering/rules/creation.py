@@ -6,7 +6,7 @@ from etmlx.serializer.generated.etmlx_ir import Arange, Full, SizeScalar
 
 from ..dtypes import fill_fields, ir_dtype
 from ..registry import lowers
-from .common import is_static, out_dtype, shape_of
+from .common import dim_size, out_dtype, rank_of
 
 
 @lowers("aten::full")
@@ -24,15 +24,11 @@ def _lower_scalar_tensor(ctx, node):
         ctx.bind(node, ctx.emit(Full, shape=[], **fill_fields(value, dtype)))
 
 
-def _check_full_like(node):
-    return None if is_static(shape_of(node.args[0])) else "full_like of a dynamic shape"
-
-
-@lowers("aten::full_like", check=_check_full_like)
+@lowers("aten::full_like")
 def _lower_full_like(ctx, node):
     x, value = node.args[:2]
-    shape = shape_of(x)
-    ctx.bind(node, ctx.emit(Full, shape=ctx.sizes(list(shape)), **fill_fields(value, out_dtype(node))))
+    shape = [dim_size(ctx, x, axis) for axis in range(rank_of(x))]
+    ctx.bind(node, ctx.emit(Full, shape=shape, **fill_fields(value, out_dtype(node))))
 
 
 def _check_arange(node):

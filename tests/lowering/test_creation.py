@@ -39,6 +39,14 @@ def test_int64_constants_beyond_float_precision_stay_exact():
     assert full.tolist() == [big, big] and added.tolist() == [big + 1, big - 2, big + 3]
 
 
+def test_full_like_of_a_dynamic_shape():
+    seq = Dim("seq", min=2, max=16)
+    delegated(
+        lambda x: torch.full_like(x, 7) + x, (torch.randn(2, 5),), nodes=["Full", "SymSize"],
+        dynamic_shapes=({1: seq},), run_with=[(torch.randn(2, 9),), (torch.randn(2, 16),)],
+    )
+
+
 def test_arange():
     def fn(x):
         outputs = []
