@@ -19,7 +19,8 @@ from etmlx.partitioner import MlxPartitioner  # noqa: E402
 from etmlx.runtime_shim.blas import preload_openblas  # noqa: E402
 from executorch.exir import to_edge_transform_and_lower  # noqa: E402
 
-from timing import median_seconds, print_table  # noqa: E402
+from etmlx.timing import median_seconds  # noqa: E402
+from timing import print_table  # noqa: E402
 
 
 class Rank3Attention(torch.nn.Module):

@@ -20,7 +20,8 @@ import torch  # noqa: E402
 from etmlx.runtime_shim.blas import preload_openblas  # noqa: E402
 
 from examples.models import EncoderBlock  # noqa: E402
-from timing import median_seconds, print_table  # noqa: E402
+from etmlx.timing import median_seconds  # noqa: E402
+from timing import print_table  # noqa: E402
 
 
 def mlx_encoder_block(block: EncoderBlock):

@@ -1,18 +1,4 @@
-"""Shared timing for the benchmarks: median of repeated calls after warm-up."""
-
-import statistics
-import time
-
-
-def median_seconds(fn, *args, warmup=3, repeat=30) -> float:
-    for _ in range(warmup):
-        fn(*args)
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+"""The benchmarks' report: ms per call and ratios against a baseline, from one run."""
 
 
 def print_table(rows, baseline: str) -> None:

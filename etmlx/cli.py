@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import sys
-import time
 
 from .errors import EtMlxError
 
@@ -107,6 +106,7 @@ def _run(args) -> int:
     from . import load
     from .inspection import inspect_program
     from .runtime_shim.blas import preload_openblas
+    from .timing import call_times
 
     program = load(args.pte)
     if args.inputs:
@@ -118,16 +118,11 @@ def _run(args) -> int:
             raise EtMlxError(f"{args.pte} has no method {args.method!r} (methods: {', '.join(program.method_names)})")
         inputs = _random_inputs(method, args.seed)
     outputs = program.run_method(args.method, inputs)
-    times = []
-    for _ in range(args.iterations):
-        start = time.perf_counter()
-        program.run_method(args.method, inputs)
-        times.append(time.perf_counter() - start)
+    times = call_times(program.run_method, args.method, inputs, warmup=0, repeat=args.iterations)
     for i, output in enumerate(outputs):
         shape = tuple(getattr(output, "shape", ()))
         print(f"output {i}: {getattr(output, 'dtype', type(output).__name__)} {shape}")
     if times:
-        times.sort()
         print(f"time per call: median {times[len(times) // 2] * 1e3:.3f} ms, min {times[0] * 1e3:.3f} ms "
               f"over {len(times)} calls")
     print(f"BLAS: {preload_openblas()}")

@@ -6,25 +6,17 @@ eager PyTorch: max absolute difference and time per call.
 
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import etmlx  # noqa: E402  (first, so mlx runs on OpenBLAS where available)
 import torch  # noqa: E402
 from etmlx.runtime_shim.blas import preload_openblas  # noqa: E402
+from etmlx.timing import median_seconds  # noqa: E402
 
 import models  # noqa: E402
 
 EXAMPLES = ["mlp", "cnn", "encoder_block", "encoder_block_dynamic_seq"]
-
-
-def time_per_call(fn, *args, repeat=50) -> float:
-    fn(*args)
-    start = time.perf_counter()
-    for _ in range(repeat):
-        fn(*args)
-    return (time.perf_counter() - start) / repeat
 
 
 def main() -> None:
@@ -39,9 +31,9 @@ def main() -> None:
         with torch.no_grad():
             expected = module(*inputs)
             diff = (program.forward(*inputs) - expected).abs().max().item()
-            eager = time_per_call(module, *inputs)
+            eager = median_seconds(module, *inputs)
         delegated = "all" if result.report.fully_delegated else "partly"
-        ms = time_per_call(program.forward, *inputs) * 1e3
+        ms = median_seconds(program.forward, *inputs) * 1e3
         print(f"{name:<28}{delegated:>10}{diff:>13.2e}{ms:>10.3f}{eager * 1e3:>10.3f}")
     print("wrote", ", ".join(os.path.join("out", f"{n}.pte") for n in EXAMPLES))
 
