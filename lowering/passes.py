@@ -1,13 +1,14 @@
 """Passes over the lowered IR graph, before it is serialized."""
 
+from etmlx.serializer.generated.etmlx_ir.ValueKind import ValueKind
 from etmlx.serializer.ir import TidT, read_operands
 
 
 def remove_dead_nodes(graph) -> None:
     """Drops nodes whose results nothing reads: the pieces a fused rule (RmsNorm, say)
     replaced, and results the edge graph computed but never used."""
-    live_tensors = {v.slot for v in graph.outputs if v.kind == 0}
-    live_ints = {v.slot for v in graph.outputs if v.kind == 1}
+    live_tensors = {v.slot for v in graph.outputs if v.kind == ValueKind.Tensor}
+    live_ints = {v.slot for v in graph.outputs if v.kind == ValueKind.Int}
     live_tensors |= {b.update for b in graph.buffers or [] if b.hasUpdate}
     kept = []
     for node in reversed(graph.nodes or []):

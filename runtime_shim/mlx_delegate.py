@@ -12,6 +12,7 @@ import mlx.core as mx
 import numpy as np
 
 from etmlx.serializer import deserialize
+from etmlx.serializer.generated.etmlx_ir.ValueKind import ValueKind
 from etmlx.serializer.ir import OP_NAMES, TidT, read_operands
 
 from .backends import register_backend
@@ -21,7 +22,6 @@ from .mlx_ops.env import MX_DTYPES, NUMPY_STORAGE, Env
 from .state import ProgramState
 
 BACKEND_ID = "EtMlxBackend"
-_ValueKindInt = 1
 
 
 class MlxDelegate:
@@ -64,7 +64,7 @@ class MlxDelegate:
         graph = self._graph
         env = Env(graph.numTensorSlots, graph.numIntSlots)
         for value, arg in zip(graph.inputs, inputs):
-            if value.kind == _ValueKindInt:
+            if value.kind == ValueKind.Int:
                 env.ints[value.slot] = int(arg)
             else:
                 env.tensors[value.slot] = arg
@@ -77,7 +77,7 @@ class MlxDelegate:
                 env.ints[out] = handler(op, env)
             else:
                 env.tensors[out] = handler(op, env)
-        outputs = [env.ints[v.slot] if v.kind == _ValueKindInt else env.tensors[v.slot] for v in graph.outputs]
+        outputs = [env.ints[v.slot] if v.kind == ValueKind.Int else env.tensors[v.slot] for v in graph.outputs]
         return outputs, [env.tensors[slot] for _, slot in self._buffer_updates]
 
     def execute(self, args: list) -> None:
@@ -95,7 +95,7 @@ def _compilable(graph) -> bool:
     """mx.compile traces once per input shapes and replays; it cannot see a size passed
     as a Python int, and int outputs are no arrays, so such graphs are interpreted."""
     values = list(graph.inputs or []) + list(graph.outputs or [])
-    return all(v.kind != _ValueKindInt for v in values)
+    return all(v.kind != ValueKind.Int for v in values)
 
 
 def _hoist_constant_nodes(steps: list, constants: dict) -> list:

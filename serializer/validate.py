@@ -8,6 +8,7 @@ operand ``x`` is absent when the table's ``hasX`` is false; ``op`` is the table'
 """
 
 from .errors import PayloadError
+from .generated.etmlx_ir.ValueKind import ValueKind
 from .ir import DTYPE_NAMES, OP_NAMES, WRITTEN_FIELDS, IntOrSlotT, TidT, _enum_names, op_enum, read_operands
 
 
@@ -34,7 +35,7 @@ class _Slots:
 def validate(graph) -> None:
     tensors = _Slots("tensor", graph.numTensorSlots)
     ints = _Slots("int", graph.numIntSlots)
-    slots_of_kind = {0: tensors, 1: ints}
+    slots_of_kind = {ValueKind.Tensor: tensors, ValueKind.Int: ints}
     for i, value in enumerate(graph.inputs or []):
         if value.kind not in slots_of_kind:
             raise PayloadError(f"input {i}: unknown value kind {value.kind}")

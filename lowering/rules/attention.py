@@ -86,6 +86,8 @@ def _values(node, count):
 
 
 def _check_sdpa(node):
+    """The same decision for the custom op; fewer k/v heads here can only come from an
+    accepted GQA call (enable_gqa, or an absorbed repeat), hence enable_gqa=True."""
     q, k, v, mask, is_causal, _ = _values(node, 6)
     return sdpa_reason(q, k, v, mask, is_causal=is_causal, enable_gqa=True)
 

@@ -138,8 +138,8 @@ def rms_norm_parts(ctx, a, b):
             continue
         dims, keepdim = mean.args[1], (mean.args[2] if len(mean.args) > 2 else mean.kwargs.get("keepdim", False))
         square = mean.args[0]
-        last = [-1] if isinstance(x, fx.Node) and dims == [-1] else [rank_of(x) - 1]
-        if not keepdim or list(dims) not in (last, [-1]) or not _call(square, "aten::pow.Tensor_Scalar"):
+        over_last_axis = list(dims) in ([-1], [rank_of(x) - 1])
+        if not keepdim or not over_last_axis or not _call(square, "aten::pow.Tensor_Scalar"):
             continue
         if square.args[0] is x and square.args[1] == 2 and x.meta["val"].dtype in (torch.float32, torch.float16, torch.bfloat16):
             return x, float(eps)
