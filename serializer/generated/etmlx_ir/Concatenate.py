@@ -112,10 +112,15 @@ except:
 class ConcatenateT(object):
 
     # ConcatenateT
-    def __init__(self):
-        self.xs = None  # type: List[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.axis = 0  # type: int
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        xs = None,
+        axis = 0,
+        out = None,
+    ):
+        self.xs = xs  # type: Optional[List[etmlx.serializer.generated.etmlx_ir.Tid.TidT]]
+        self.axis = axis  # type: int
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

@@ -279,16 +279,27 @@ except:
 class ConvT(object):
 
     # ConvT
-    def __init__(self):
-        self.x = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.weight = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.stride = None  # type: List[int]
-        self.padding = None  # type: List[int]
-        self.dilation = None  # type: List[int]
-        self.groups = 1  # type: int
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.transposed = False  # type: bool
-        self.outputPadding = None  # type: List[int]
+    def __init__(
+        self,
+        x = None,
+        weight = None,
+        stride = None,
+        padding = None,
+        dilation = None,
+        groups = 1,
+        out = None,
+        transposed = False,
+        outputPadding = None,
+    ):
+        self.x = x  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.weight = weight  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.stride = stride  # type: Optional[List[int]]
+        self.padding = padding  # type: Optional[List[int]]
+        self.dilation = dilation  # type: Optional[List[int]]
+        self.groups = groups  # type: int
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.transposed = transposed  # type: bool
+        self.outputPadding = outputPadding  # type: Optional[List[int]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

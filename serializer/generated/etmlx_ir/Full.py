@@ -139,12 +139,19 @@ except:
 class FullT(object):
 
     # FullT
-    def __init__(self):
-        self.shape = None  # type: List[etmlx.serializer.generated.etmlx_ir.IntOrSlot.IntOrSlotT]
-        self.value = 0.0  # type: float
-        self.dtype = 0  # type: int
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.intValue = 0  # type: int
+    def __init__(
+        self,
+        shape = None,
+        value = 0.0,
+        dtype = 0,
+        out = None,
+        intValue = 0,
+    ):
+        self.shape = shape  # type: Optional[List[etmlx.serializer.generated.etmlx_ir.IntOrSlot.IntOrSlotT]]
+        self.value = value  # type: float
+        self.dtype = dtype  # type: int
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.intValue = intValue  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

@@ -260,14 +260,23 @@ except:
 class GraphT(object):
 
     # GraphT
-    def __init__(self):
-        self.numTensorSlots = 0  # type: int
-        self.numIntSlots = 0  # type: int
-        self.inputs = None  # type: List[etmlx.serializer.generated.etmlx_ir.Value.ValueT]
-        self.outputs = None  # type: List[etmlx.serializer.generated.etmlx_ir.Value.ValueT]
-        self.constants = None  # type: List[etmlx.serializer.generated.etmlx_ir.NamedTensor.NamedTensorT]
-        self.buffers = None  # type: List[etmlx.serializer.generated.etmlx_ir.MutableBuffer.MutableBufferT]
-        self.nodes = None  # type: List[etmlx.serializer.generated.etmlx_ir.Node.NodeT]
+    def __init__(
+        self,
+        numTensorSlots = 0,
+        numIntSlots = 0,
+        inputs = None,
+        outputs = None,
+        constants = None,
+        buffers = None,
+        nodes = None,
+    ):
+        self.numTensorSlots = numTensorSlots  # type: int
+        self.numIntSlots = numIntSlots  # type: int
+        self.inputs = inputs  # type: Optional[List[etmlx.serializer.generated.etmlx_ir.Value.ValueT]]
+        self.outputs = outputs  # type: Optional[List[etmlx.serializer.generated.etmlx_ir.Value.ValueT]]
+        self.constants = constants  # type: Optional[List[etmlx.serializer.generated.etmlx_ir.NamedTensor.NamedTensorT]]
+        self.buffers = buffers  # type: Optional[List[etmlx.serializer.generated.etmlx_ir.MutableBuffer.MutableBufferT]]
+        self.nodes = nodes  # type: Optional[List[etmlx.serializer.generated.etmlx_ir.Node.NodeT]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

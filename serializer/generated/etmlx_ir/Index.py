@@ -155,11 +155,17 @@ except:
 class IndexT(object):
 
     # IndexT
-    def __init__(self):
-        self.x = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.indices = None  # type: List[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.dims = None  # type: List[int]
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        x = None,
+        indices = None,
+        dims = None,
+        out = None,
+    ):
+        self.x = x  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.indices = indices  # type: Optional[List[etmlx.serializer.generated.etmlx_ir.Tid.TidT]]
+        self.dims = dims  # type: Optional[List[int]]
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

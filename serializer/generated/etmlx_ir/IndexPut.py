@@ -185,13 +185,21 @@ except:
 class IndexPutT(object):
 
     # IndexPutT
-    def __init__(self):
-        self.x = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.indices = None  # type: List[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.dims = None  # type: List[int]
-        self.values = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.accumulate = False  # type: bool
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        x = None,
+        indices = None,
+        dims = None,
+        values = None,
+        accumulate = False,
+        out = None,
+    ):
+        self.x = x  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.indices = indices  # type: Optional[List[etmlx.serializer.generated.etmlx_ir.Tid.TidT]]
+        self.dims = dims  # type: Optional[List[int]]
+        self.values = values  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.accumulate = accumulate  # type: bool
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

@@ -110,11 +110,17 @@ except:
 class IntBinaryT(object):
 
     # IntBinaryT
-    def __init__(self):
-        self.op = 0  # type: int
-        self.a = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.IntOrSlot.IntOrSlotT]
-        self.b = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.IntOrSlot.IntOrSlotT]
-        self.outInt = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.IntOrSlot.IntOrSlotT]
+    def __init__(
+        self,
+        op = 0,
+        a = None,
+        b = None,
+        outInt = None,
+    ):
+        self.op = op  # type: int
+        self.a = a  # type: Optional[etmlx.serializer.generated.etmlx_ir.IntOrSlot.IntOrSlotT]
+        self.b = b  # type: Optional[etmlx.serializer.generated.etmlx_ir.IntOrSlot.IntOrSlotT]
+        self.outInt = outInt  # type: Optional[etmlx.serializer.generated.etmlx_ir.IntOrSlot.IntOrSlotT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

@@ -34,9 +34,13 @@ def CreateIntOrSlot(builder, value, isSlot):
 class IntOrSlotT(object):
 
     # IntOrSlotT
-    def __init__(self):
-        self.value = 0  # type: int
-        self.isSlot = False  # type: bool
+    def __init__(
+        self,
+        value = 0,
+        isSlot = False,
+    ):
+        self.value = value  # type: int
+        self.isSlot = isSlot  # type: bool
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

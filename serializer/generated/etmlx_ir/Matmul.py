@@ -97,10 +97,15 @@ except:
 class MatmulT(object):
 
     # MatmulT
-    def __init__(self):
-        self.a = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.b = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        a = None,
+        b = None,
+        out = None,
+    ):
+        self.a = a  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.b = b  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

@@ -102,11 +102,17 @@ except:
 class MutableBufferT(object):
 
     # MutableBufferT
-    def __init__(self):
-        self.initial = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.NamedTensor.NamedTensorT]
-        self.update = 0  # type: int
-        self.hasUpdate = False  # type: bool
-        self.name = None  # type: str
+    def __init__(
+        self,
+        initial = None,
+        update = 0,
+        hasUpdate = False,
+        name = None,
+    ):
+        self.initial = initial  # type: Optional[etmlx.serializer.generated.etmlx_ir.NamedTensor.NamedTensorT]
+        self.update = update  # type: int
+        self.hasUpdate = hasUpdate  # type: bool
+        self.name = name  # type: Optional[str]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

@@ -123,11 +123,17 @@ except:
 class NamedTensorT(object):
 
     # NamedTensorT
-    def __init__(self):
-        self.slot = 0  # type: int
-        self.key = None  # type: str
-        self.dtype = 0  # type: int
-        self.shape = None  # type: List[int]
+    def __init__(
+        self,
+        slot = 0,
+        key = None,
+        dtype = 0,
+        shape = None,
+    ):
+        self.slot = slot  # type: int
+        self.key = key  # type: Optional[str]
+        self.dtype = dtype  # type: int
+        self.shape = shape  # type: Optional[List[int]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

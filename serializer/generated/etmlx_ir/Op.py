@@ -47,115 +47,115 @@ def OpCreator(unionType, table):
     from flatbuffers.table import Table
     if not isinstance(table, Table):
         return None
-    if unionType == Op().Unary:
+    if unionType == Op.Unary:
         import etmlx.serializer.generated.etmlx_ir.Unary
         return etmlx.serializer.generated.etmlx_ir.Unary.UnaryT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Binary:
+    if unionType == Op.Binary:
         import etmlx.serializer.generated.etmlx_ir.Binary
         return etmlx.serializer.generated.etmlx_ir.Binary.BinaryT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Where:
+    if unionType == Op.Where:
         import etmlx.serializer.generated.etmlx_ir.Where
         return etmlx.serializer.generated.etmlx_ir.Where.WhereT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().AsType:
+    if unionType == Op.AsType:
         import etmlx.serializer.generated.etmlx_ir.AsType
         return etmlx.serializer.generated.etmlx_ir.AsType.AsTypeT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Scalar:
+    if unionType == Op.Scalar:
         import etmlx.serializer.generated.etmlx_ir.Scalar
         return etmlx.serializer.generated.etmlx_ir.Scalar.ScalarT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Matmul:
+    if unionType == Op.Matmul:
         import etmlx.serializer.generated.etmlx_ir.Matmul
         return etmlx.serializer.generated.etmlx_ir.Matmul.MatmulT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Addmm:
+    if unionType == Op.Addmm:
         import etmlx.serializer.generated.etmlx_ir.Addmm
         return etmlx.serializer.generated.etmlx_ir.Addmm.AddmmT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Softmax:
+    if unionType == Op.Softmax:
         import etmlx.serializer.generated.etmlx_ir.Softmax
         return etmlx.serializer.generated.etmlx_ir.Softmax.SoftmaxT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().LogSoftmax:
+    if unionType == Op.LogSoftmax:
         import etmlx.serializer.generated.etmlx_ir.LogSoftmax
         return etmlx.serializer.generated.etmlx_ir.LogSoftmax.LogSoftmaxT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().LayerNorm:
+    if unionType == Op.LayerNorm:
         import etmlx.serializer.generated.etmlx_ir.LayerNorm
         return etmlx.serializer.generated.etmlx_ir.LayerNorm.LayerNormT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Reshape:
+    if unionType == Op.Reshape:
         import etmlx.serializer.generated.etmlx_ir.Reshape
         return etmlx.serializer.generated.etmlx_ir.Reshape.ReshapeT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Transpose:
+    if unionType == Op.Transpose:
         import etmlx.serializer.generated.etmlx_ir.Transpose
         return etmlx.serializer.generated.etmlx_ir.Transpose.TransposeT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().ExpandDims:
+    if unionType == Op.ExpandDims:
         import etmlx.serializer.generated.etmlx_ir.ExpandDims
         return etmlx.serializer.generated.etmlx_ir.ExpandDims.ExpandDimsT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Squeeze:
+    if unionType == Op.Squeeze:
         import etmlx.serializer.generated.etmlx_ir.Squeeze
         return etmlx.serializer.generated.etmlx_ir.Squeeze.SqueezeT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().BroadcastTo:
+    if unionType == Op.BroadcastTo:
         import etmlx.serializer.generated.etmlx_ir.BroadcastTo
         return etmlx.serializer.generated.etmlx_ir.BroadcastTo.BroadcastToT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Slice:
+    if unionType == Op.Slice:
         import etmlx.serializer.generated.etmlx_ir.Slice
         return etmlx.serializer.generated.etmlx_ir.Slice.SliceT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Concatenate:
+    if unionType == Op.Concatenate:
         import etmlx.serializer.generated.etmlx_ir.Concatenate
         return etmlx.serializer.generated.etmlx_ir.Concatenate.ConcatenateT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Take:
+    if unionType == Op.Take:
         import etmlx.serializer.generated.etmlx_ir.Take
         return etmlx.serializer.generated.etmlx_ir.Take.TakeT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Reduce:
+    if unionType == Op.Reduce:
         import etmlx.serializer.generated.etmlx_ir.Reduce
         return etmlx.serializer.generated.etmlx_ir.Reduce.ReduceT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().ArgReduce:
+    if unionType == Op.ArgReduce:
         import etmlx.serializer.generated.etmlx_ir.ArgReduce
         return etmlx.serializer.generated.etmlx_ir.ArgReduce.ArgReduceT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Conv:
+    if unionType == Op.Conv:
         import etmlx.serializer.generated.etmlx_ir.Conv
         return etmlx.serializer.generated.etmlx_ir.Conv.ConvT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Pool:
+    if unionType == Op.Pool:
         import etmlx.serializer.generated.etmlx_ir.Pool
         return etmlx.serializer.generated.etmlx_ir.Pool.PoolT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Full:
+    if unionType == Op.Full:
         import etmlx.serializer.generated.etmlx_ir.Full
         return etmlx.serializer.generated.etmlx_ir.Full.FullT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Arange:
+    if unionType == Op.Arange:
         import etmlx.serializer.generated.etmlx_ir.Arange
         return etmlx.serializer.generated.etmlx_ir.Arange.ArangeT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().SymSize:
+    if unionType == Op.SymSize:
         import etmlx.serializer.generated.etmlx_ir.SymSize
         return etmlx.serializer.generated.etmlx_ir.SymSize.SymSizeT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().IntBinary:
+    if unionType == Op.IntBinary:
         import etmlx.serializer.generated.etmlx_ir.IntBinary
         return etmlx.serializer.generated.etmlx_ir.IntBinary.IntBinaryT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Sdpa:
+    if unionType == Op.Sdpa:
         import etmlx.serializer.generated.etmlx_ir.Sdpa
         return etmlx.serializer.generated.etmlx_ir.Sdpa.SdpaT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Roll:
+    if unionType == Op.Roll:
         import etmlx.serializer.generated.etmlx_ir.Roll
         return etmlx.serializer.generated.etmlx_ir.Roll.RollT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().TakeAlongAxis:
+    if unionType == Op.TakeAlongAxis:
         import etmlx.serializer.generated.etmlx_ir.TakeAlongAxis
         return etmlx.serializer.generated.etmlx_ir.TakeAlongAxis.TakeAlongAxisT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Index:
+    if unionType == Op.Index:
         import etmlx.serializer.generated.etmlx_ir.Index
         return etmlx.serializer.generated.etmlx_ir.Index.IndexT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Scan:
+    if unionType == Op.Scan:
         import etmlx.serializer.generated.etmlx_ir.Scan
         return etmlx.serializer.generated.etmlx_ir.Scan.ScanT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().IndexPut:
+    if unionType == Op.IndexPut:
         import etmlx.serializer.generated.etmlx_ir.IndexPut
         return etmlx.serializer.generated.etmlx_ir.IndexPut.IndexPutT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Tile:
+    if unionType == Op.Tile:
         import etmlx.serializer.generated.etmlx_ir.Tile
         return etmlx.serializer.generated.etmlx_ir.Tile.TileT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().SizeScalar:
+    if unionType == Op.SizeScalar:
         import etmlx.serializer.generated.etmlx_ir.SizeScalar
         return etmlx.serializer.generated.etmlx_ir.SizeScalar.SizeScalarT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Variance:
+    if unionType == Op.Variance:
         import etmlx.serializer.generated.etmlx_ir.Variance
         return etmlx.serializer.generated.etmlx_ir.Variance.VarianceT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().Pad:
+    if unionType == Op.Pad:
         import etmlx.serializer.generated.etmlx_ir.Pad
         return etmlx.serializer.generated.etmlx_ir.Pad.PadT.InitFromBuf(table.Bytes, table.Pos)
-    if unionType == Op().RmsNorm:
+    if unionType == Op.RmsNorm:
         import etmlx.serializer.generated.etmlx_ir.RmsNorm
         return etmlx.serializer.generated.etmlx_ir.RmsNorm.RmsNormT.InitFromBuf(table.Bytes, table.Pos)
     return None

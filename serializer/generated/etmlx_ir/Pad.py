@@ -132,11 +132,17 @@ except:
 class PadT(object):
 
     # PadT
-    def __init__(self):
-        self.x = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.padWidth = None  # type: List[int]
-        self.value = 0.0  # type: float
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        x = None,
+        padWidth = None,
+        value = 0.0,
+        out = None,
+    ):
+        self.x = x  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.padWidth = padWidth  # type: Optional[List[int]]
+        self.value = value  # type: float
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

@@ -249,16 +249,27 @@ except:
 class PoolT(object):
 
     # PoolT
-    def __init__(self):
-        self.op = 0  # type: int
-        self.x = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.kernel = None  # type: List[int]
-        self.stride = None  # type: List[int]
-        self.padding = None  # type: List[int]
-        self.ceilMode = False  # type: bool
-        self.countIncludePad = False  # type: bool
-        self.divisorOverride = 0  # type: int
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        op = 0,
+        x = None,
+        kernel = None,
+        stride = None,
+        padding = None,
+        ceilMode = False,
+        countIncludePad = False,
+        divisorOverride = 0,
+        out = None,
+    ):
+        self.op = op  # type: int
+        self.x = x  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.kernel = kernel  # type: Optional[List[int]]
+        self.stride = stride  # type: Optional[List[int]]
+        self.padding = padding  # type: Optional[List[int]]
+        self.ceilMode = ceilMode  # type: bool
+        self.countIncludePad = countIncludePad  # type: bool
+        self.divisorOverride = divisorOverride  # type: int
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

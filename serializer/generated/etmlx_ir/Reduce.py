@@ -145,12 +145,19 @@ except:
 class ReduceT(object):
 
     # ReduceT
-    def __init__(self):
-        self.op = 0  # type: int
-        self.x = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.axes = None  # type: List[int]
-        self.keepdims = False  # type: bool
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        op = 0,
+        x = None,
+        axes = None,
+        keepdims = False,
+        out = None,
+    ):
+        self.op = op  # type: int
+        self.x = x  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.axes = axes  # type: Optional[List[int]]
+        self.keepdims = keepdims  # type: bool
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

@@ -123,12 +123,19 @@ except:
 class RmsNormT(object):
 
     # RmsNormT
-    def __init__(self):
-        self.x = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.weight = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.hasWeight = False  # type: bool
-        self.eps = 0.0  # type: float
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        x = None,
+        weight = None,
+        hasWeight = False,
+        eps = 0.0,
+        out = None,
+    ):
+        self.x = x  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.weight = weight  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.hasWeight = hasWeight  # type: bool
+        self.eps = eps  # type: float
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

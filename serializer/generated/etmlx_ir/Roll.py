@@ -158,11 +158,17 @@ except:
 class RollT(object):
 
     # RollT
-    def __init__(self):
-        self.x = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.shifts = None  # type: List[int]
-        self.axes = None  # type: List[int]
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        x = None,
+        shifts = None,
+        axes = None,
+        out = None,
+    ):
+        self.x = x  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.shifts = shifts  # type: Optional[List[int]]
+        self.axes = axes  # type: Optional[List[int]]
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

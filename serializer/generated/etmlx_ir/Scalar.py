@@ -102,11 +102,17 @@ except:
 class ScalarT(object):
 
     # ScalarT
-    def __init__(self):
-        self.value = 0.0  # type: float
-        self.dtype = 0  # type: int
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.intValue = 0  # type: int
+    def __init__(
+        self,
+        value = 0.0,
+        dtype = 0,
+        out = None,
+        intValue = 0,
+    ):
+        self.value = value  # type: float
+        self.dtype = dtype  # type: int
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.intValue = intValue  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

@@ -106,11 +106,17 @@ except:
 class ScanT(object):
 
     # ScanT
-    def __init__(self):
-        self.op = 0  # type: int
-        self.x = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.axis = 0  # type: int
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        op = 0,
+        x = None,
+        axis = 0,
+        out = None,
+    ):
+        self.op = op  # type: int
+        self.x = x  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.axis = axis  # type: int
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

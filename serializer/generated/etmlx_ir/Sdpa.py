@@ -170,15 +170,25 @@ except:
 class SdpaT(object):
 
     # SdpaT
-    def __init__(self):
-        self.q = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.k = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.v = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.mask = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.hasMask = False  # type: bool
-        self.causal = False  # type: bool
-        self.scale = 0.0  # type: float
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        q = None,
+        k = None,
+        v = None,
+        mask = None,
+        hasMask = False,
+        causal = False,
+        scale = 0.0,
+        out = None,
+    ):
+        self.q = q  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.k = k  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.v = v  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.mask = mask  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.hasMask = hasMask  # type: bool
+        self.causal = causal  # type: bool
+        self.scale = scale  # type: float
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

@@ -94,10 +94,15 @@ except:
 class SizeScalarT(object):
 
     # SizeScalarT
-    def __init__(self):
-        self.value = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.IntOrSlot.IntOrSlotT]
-        self.dtype = 0  # type: int
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        value = None,
+        dtype = 0,
+        out = None,
+    ):
+        self.value = value  # type: Optional[etmlx.serializer.generated.etmlx_ir.IntOrSlot.IntOrSlotT]
+        self.dtype = dtype  # type: int
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

@@ -141,13 +141,21 @@ except:
 class SliceT(object):
 
     # SliceT
-    def __init__(self):
-        self.x = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.axis = 0  # type: int
-        self.start = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.IntOrSlot.IntOrSlotT]
-        self.stop = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.IntOrSlot.IntOrSlotT]
-        self.step = 1  # type: int
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        x = None,
+        axis = 0,
+        start = None,
+        stop = None,
+        step = 1,
+        out = None,
+    ):
+        self.x = x  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.axis = axis  # type: int
+        self.start = start  # type: Optional[etmlx.serializer.generated.etmlx_ir.IntOrSlot.IntOrSlotT]
+        self.stop = stop  # type: Optional[etmlx.serializer.generated.etmlx_ir.IntOrSlot.IntOrSlotT]
+        self.step = step  # type: int
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

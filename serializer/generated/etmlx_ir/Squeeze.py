@@ -119,10 +119,15 @@ except:
 class SqueezeT(object):
 
     # SqueezeT
-    def __init__(self):
-        self.x = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.axes = None  # type: List[int]
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        x = None,
+        axes = None,
+        out = None,
+    ):
+        self.x = x  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.axes = axes  # type: Optional[List[int]]
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

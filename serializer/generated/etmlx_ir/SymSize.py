@@ -94,10 +94,15 @@ except:
 class SymSizeT(object):
 
     # SymSizeT
-    def __init__(self):
-        self.x = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.axis = 0  # type: int
-        self.outInt = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.IntOrSlot.IntOrSlotT]
+    def __init__(
+        self,
+        x = None,
+        axis = 0,
+        outInt = None,
+    ):
+        self.x = x  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.axis = axis  # type: int
+        self.outInt = outInt  # type: Optional[etmlx.serializer.generated.etmlx_ir.IntOrSlot.IntOrSlotT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

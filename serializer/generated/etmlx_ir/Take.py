@@ -110,11 +110,17 @@ except:
 class TakeT(object):
 
     # TakeT
-    def __init__(self):
-        self.x = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.indices = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.axis = 0  # type: int
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        x = None,
+        indices = None,
+        axis = 0,
+        out = None,
+    ):
+        self.x = x  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.indices = indices  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.axis = axis  # type: int
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

@@ -30,8 +30,11 @@ def CreateTid(builder, idx):
 class TidT(object):
 
     # TidT
-    def __init__(self):
-        self.idx = 0  # type: int
+    def __init__(
+        self,
+        idx = 0,
+    ):
+        self.idx = idx  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

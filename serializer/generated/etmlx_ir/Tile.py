@@ -119,10 +119,15 @@ except:
 class TileT(object):
 
     # TileT
-    def __init__(self):
-        self.x = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.reps = None  # type: List[int]
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        x = None,
+        reps = None,
+        out = None,
+    ):
+        self.x = x  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.reps = reps  # type: Optional[List[int]]
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

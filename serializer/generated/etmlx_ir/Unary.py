@@ -93,10 +93,15 @@ except:
 class UnaryT(object):
 
     # UnaryT
-    def __init__(self):
-        self.op = 0  # type: int
-        self.x = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        op = 0,
+        x = None,
+        out = None,
+    ):
+        self.op = op  # type: int
+        self.x = x  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

@@ -67,9 +67,13 @@ def End(builder):
 class ValueT(object):
 
     # ValueT
-    def __init__(self):
-        self.kind = 0  # type: int
-        self.slot = 0  # type: int
+    def __init__(
+        self,
+        kind = 0,
+        slot = 0,
+    ):
+        self.kind = kind  # type: int
+        self.slot = slot  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

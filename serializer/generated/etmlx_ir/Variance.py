@@ -145,12 +145,19 @@ except:
 class VarianceT(object):
 
     # VarianceT
-    def __init__(self):
-        self.x = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.axes = None  # type: List[int]
-        self.keepdims = False  # type: bool
-        self.ddof = 0  # type: int
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        x = None,
+        axes = None,
+        keepdims = False,
+        ddof = 0,
+        out = None,
+    ):
+        self.x = x  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.axes = axes  # type: Optional[List[int]]
+        self.keepdims = keepdims  # type: bool
+        self.ddof = ddof  # type: int
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

@@ -114,11 +114,17 @@ except:
 class WhereT(object):
 
     # WhereT
-    def __init__(self):
-        self.cond = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.a = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.b = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
-        self.out = None  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+    def __init__(
+        self,
+        cond = None,
+        a = None,
+        b = None,
+        out = None,
+    ):
+        self.cond = cond  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.a = a  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.b = b  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
