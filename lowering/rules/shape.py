@@ -243,21 +243,30 @@ def _lower_to_copy(ctx, node):
 
 def _check_pad(node):
     pad = node.args[1]
-    if any(not isinstance(p, int) or p < 0 for p in pad):
-        return "negative or dynamic padding (a crop)"
+    if any(not isinstance(p, int) for p in pad):
+        return "dynamic padding"
     return None
 
 
 @lowers("aten::constant_pad_nd", check=_check_pad)
 def _lower_pad(ctx, node):
-    """PyTorch lists (before, after) pairs from the last axis backwards; MLX per axis."""
+    """PyTorch lists (before, after) pairs from the last axis backwards; MLX per axis.
+    A negative width crops that side, as in PyTorch: a Slice before the Pad. (ExecuTorch's
+    own kernel rejects negative widths, so declining would leave the program unrunnable
+    on its runtime.)"""
     x, pad = node.args[:2]
     value = node.args[2] if len(node.args) > 2 else 0
+    out = ctx.tensor(x)
     pairs = [(0, 0)] * rank_of(x)
     for i in range(len(pad) // 2):
-        pairs[rank_of(x) - 1 - i] = (pad[2 * i], pad[2 * i + 1])
-    width = [p for pair in pairs for p in pair]
-    ctx.bind(node, ctx.emit(Pad, x=ctx.tensor(x), padWidth=width, value=float(value)))
+        axis, before, after = rank_of(x) - 1 - i, pad[2 * i], pad[2 * i + 1]
+        if before < 0 or after < 0:
+            stop = after if after < 0 else INT64_MAX  # a negative stop counts from the end
+            out = ctx.emit(Slice, x=out, axis=axis, start=ctx.size(max(0, -before)), stop=ctx.size(stop), step=1)
+        pairs[axis] = (max(0, before), max(0, after))
+    if any(pair != (0, 0) for pair in pairs):
+        out = ctx.emit(Pad, x=out, padWidth=[p for pair in pairs for p in pair], value=float(value))
+    ctx.bind(node, out)
 
 
 def _check_flip(node):

@@ -221,12 +221,25 @@ def test_bilinear_upsampling(dtype, align_corners):
     delegated(fn, (x,), nodes=["Take"])
 
 
-def test_fractional_upsampling_and_crops_are_declined_but_correct():
+def test_fractional_upsampling_is_declined_but_correct():
     import torch.nn.functional as F
 
     x = torch.randn(1, 2, 4, 4)
     declined(lambda x: F.interpolate(x, scale_factor=1.5, mode="nearest"), (x,), "aten::upsample_nearest2d.vec")
-    declined(lambda x: F.pad(x, (-1, 1)), (x,), "aten::constant_pad_nd")
+
+
+def test_negative_padding_crops():
+    """PyTorch crops where a pad width is negative; so does the lowering, on static and
+    dynamic dims (ExecuTorch's own kernel rejects negative widths)."""
+    import torch.nn.functional as F
+
+    x = torch.randn(1, 2, 5, 6)
+    assert delegated(lambda x: F.pad(x, (-1, 2)), (x,), exact=["Slice", "Pad"])
+    delegated(lambda x: F.pad(x, (-2, -1, 1, -3), value=0.5), (x,), exact=["Slice", "Slice", "Pad"])
+    delegated(lambda x: F.pad(x, (0, -2)), (x,), exact=["Slice"])
+    dynamic = ({3: torch.export.Dim("w", min=5, max=16)},)
+    delegated(lambda x: F.pad(x, (-1, -2)), (x,), exact=["Slice"], dynamic_shapes=dynamic,
+              run_with=[(torch.randn(1, 2, 5, 9),)])
 
 
 def test_every_shape_rule_is_tested(whole_file):
