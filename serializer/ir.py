@@ -6,12 +6,13 @@ from .generated.etmlx_ir import IntOrSlot as _int_or_slot
 from .generated.etmlx_ir import Tid as _tid
 
 
-def _enum_names(enum_class) -> dict:
+def enum_names(enum_class) -> dict:
+    """``{value: name}`` of a generated enum class."""
     return {value: name for name, value in vars(enum_class).items() if not name.startswith("_")}
 
 
-OP_NAMES = {value: name for value, name in _enum_names(_op.Op).items() if name != "NONE"}
-DTYPE_NAMES = _enum_names(_dtype.DType)
+OP_NAMES = {value: name for value, name in enum_names(_op.Op).items() if name != "NONE"}
+DTYPE_NAMES = enum_names(_dtype.DType)
 
 TidT = _tid.TidT
 IntOrSlotT = _int_or_slot.IntOrSlotT
@@ -56,12 +57,29 @@ def node_type(node) -> str:
     operation = getattr(node.op, "op", None)
     if operation is None:
         return table
-    return _enum_names(op_enum(table))[operation]
+    return enum_names(op_enum(table))[operation]
 
 
 def op_enum(table: str):
-    """The enum class of a family table's ``op`` field (``UnaryOp`` for ``Unary``)."""
+    """The enum class of a family table's ``op`` field (``UnaryOp`` for ``Unary``), or
+    None for a table without one."""
     import importlib
 
-    module = importlib.import_module(f"{__package__}.generated.etmlx_ir.{table}Op")
+    try:
+        module = importlib.import_module(f"{__package__}.generated.etmlx_ir.{table}Op")
+    except ModuleNotFoundError:
+        return None
     return getattr(module, f"{table}Op")
+
+
+def schema_operations() -> set:
+    """Every operation the IR can express: each node table (``"Sdpa"``), and for a
+    family table each member of its op enum (``"Unary.Neg"``). A runtime must
+    implement all of them."""
+    names = set()
+    for table in OP_NAMES.values():
+        names.add(table)
+        enum = op_enum(table)
+        if enum is not None:
+            names |= {f"{table}.{name}" for name in enum_names(enum).values()}
+    return names

@@ -68,7 +68,7 @@ def deserialize(data: bytes) -> "graph_module.GraphT":
 def _plain_python_values(graph) -> None:
     """The object API unpacks scalar vectors as numpy arrays (when numpy is installed)
     and strings as bytes; lists and str keep every consumer simple."""
-    tables = [node.op for node in graph.nodes or []] + list(graph.constants or [])
+    tables = [node.op for node in graph.nodes or [] if node.op is not None] + list(graph.constants or [])
     tables += list(graph.buffers or [])
     tables += [buffer.initial for buffer in graph.buffers or [] if buffer.initial is not None]
     for table in tables:

@@ -9,7 +9,7 @@ operand ``x`` is absent when the table's ``hasX`` is false; ``op`` is the table'
 
 from .errors import PayloadError
 from .generated.etmlx_ir.ValueKind import ValueKind
-from .ir import DTYPE_NAMES, OP_NAMES, WRITTEN_FIELDS, IntOrSlotT, TidT, _enum_names, op_enum, read_operands
+from .ir import DTYPE_NAMES, OP_NAMES, WRITTEN_FIELDS, IntOrSlotT, TidT, enum_names, op_enum, read_operands
 
 
 class _Slots:
@@ -77,7 +77,7 @@ def _check_node(node, index: int, tensors: _Slots, ints: _Slots) -> None:
         raise PayloadError(f"node {index}: unknown node type {node.opType}")
     where = f"node {index} ({table})"
     fields = vars(node.op)
-    if "op" in fields and fields["op"] not in _enum_names(op_enum(table)):
+    if "op" in fields and fields["op"] not in enum_names(op_enum(table)):
         raise PayloadError(f"{where}: unknown {table}Op {fields['op']}")
     if "dtype" in fields:
         _check_dtype(fields["dtype"], where)

@@ -1,8 +1,12 @@
 """MLX implementations of the IR's node tables, one module per op family.
 
 Each module exports ``HANDLERS``: table name -> ``handler(op, env)`` returning the
-value of the node's ``out`` (an mx.array) or ``outInt`` (an int).
+value of the node's ``out`` (an mx.array) or ``outInt`` (an int). A family table
+(``Unary``, ``Binary``, ...) dispatches on its ``op`` enum through a dict of its own,
+listed in ``FAMILY_TABLES``.
 """
+
+from etmlx.serializer.ir import enum_names, op_enum
 
 from . import attention, convolution, creation, elementwise, indexing, matmul, normalization, reduction, scan, shape, sizes
 
@@ -10,3 +14,24 @@ HANDLERS = {}
 _FAMILIES = (attention, convolution, creation, elementwise, indexing, matmul, normalization, reduction, scan, shape, sizes)
 for _family in _FAMILIES:
     HANDLERS.update(_family.HANDLERS)
+
+FAMILY_TABLES = {
+    "Unary": elementwise.UNARY,
+    "Binary": elementwise.BINARY,
+    "Reduce": reduction.REDUCE,
+    "ArgReduce": reduction.ARG_REDUCE,
+    "Scan": scan.SCAN,
+    "IntBinary": sizes.INT_BINARY,
+    "Pool": convolution.POOL,
+}
+
+
+def handled_operations() -> set:
+    """The IR operations this runtime implements, named as ``serializer.ir.schema_operations``
+    names them (``"Sdpa"``, ``"Unary.Neg"``), for comparing with the schema and the
+    native runtime."""
+    names = set(HANDLERS)
+    for table, operations in FAMILY_TABLES.items():
+        members = enum_names(op_enum(table))
+        names |= {f"{table}.{members[op]}" for op in operations}
+    return names

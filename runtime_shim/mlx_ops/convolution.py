@@ -1,6 +1,7 @@
 """Convolution and pooling on channels-last arrays (N, *spatial, C)."""
 
 import math
+from dataclasses import dataclass
 
 import mlx.core as mx
 
@@ -45,48 +46,83 @@ def _output_size(length: int, kernel: int, stride: int, pad: int, ceil_mode: boo
     return out
 
 
-def _windows(x: mx.array, kernel, stride, outputs) -> mx.array:
-    """(N, *outputs, *kernel, C) view of the windows of a contiguous array."""
-    x = mx.contiguous(x)
-    shape = x.shape
-    strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
-    spatial = range(1, len(shape) - 1)
-    window_shape = [shape[0], *outputs, *kernel, shape[-1]]
-    window_strides = [strides[0], *(strides[i] * s for i, s in zip(spatial, stride)), *(strides[i] for i in spatial), 1]
-    return mx.as_strided(x, window_shape, window_strides)
+@dataclass(frozen=True)
+class _Geometry:
+    """Where a pooling node's windows lie on a channels-last input."""
+
+    kernel: list
+    stride: list
+    padding: list
+    lengths: list  # the spatial sizes of the input
+    outputs: list  # windows per spatial axis
+    extra: list  # right padding past PyTorch's own, so the last ceil_mode window fits
+
+    @classmethod
+    def of(cls, op, x: mx.array) -> "_Geometry":
+        kernel, stride, padding = list(op.kernel), list(op.stride), list(op.padding)
+        lengths = list(x.shape[1:-1])
+        outputs = [_output_size(n, k, s, p, op.ceilMode) for n, k, s, p in zip(lengths, kernel, stride, padding)]
+        extra = [max(0, (o - 1) * s + k - (n + 2 * p)) for o, s, k, n, p in zip(outputs, stride, kernel, lengths, padding)]
+        return cls(kernel, stride, padding, lengths, outputs, extra)
+
+    @property
+    def axes(self) -> tuple:
+        """The window axes of ``windows(...)``."""
+        return tuple(range(1 + len(self.kernel), 1 + 2 * len(self.kernel)))
+
+    def pads(self, per_axis) -> list:
+        """Channels-last pad widths, ``per_axis(i)`` for each spatial axis."""
+        return [(0, 0)] + [per_axis(i) for i in range(len(self.kernel))] + [(0, 0)]
+
+    def windows(self, padded: mx.array) -> mx.array:
+        """(N, *outputs, *kernel, C) view of the windows of a padded input."""
+        x = mx.contiguous(padded)
+        shape = x.shape
+        strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
+        spatial = range(1, len(shape) - 1)
+        window_shape = [shape[0], *self.outputs, *self.kernel, shape[-1]]
+        window_strides = [
+            strides[0],
+            *(strides[i] * s for i, s in zip(spatial, self.stride)),
+            *(strides[i] for i in spatial),
+            1,
+        ]
+        return mx.as_strided(x, window_shape, window_strides)
 
 
 def _pool(op, env):
     x = env.t(op.x)
-    kernel, stride, padding = list(op.kernel), list(op.stride), list(op.padding)
-    lengths = x.shape[1:-1]
-    outputs = [_output_size(n, k, s, p, op.ceilMode) for n, k, s, p in zip(lengths, kernel, stride, padding)]
-    # Right padding past PyTorch's own, so the last ceil_mode window fits.
-    extra = [max(0, (o - 1) * s + k - (n + 2 * p)) for o, s, k, n, p in zip(outputs, stride, kernel, lengths, padding)]
-    pads = [(0, 0)] + [(p, p + e) for p, e in zip(padding, extra)] + [(0, 0)]
-    axes = tuple(range(1 + len(kernel), 1 + 2 * len(kernel)))
-    if op.op == PoolOp.Max:
-        low = mx.finfo(x.dtype).min if mx.issubdtype(x.dtype, mx.floating) else mx.iinfo(x.dtype).min
-        padded = mx.pad(x, pads, constant_values=low)
-        return mx.max(_windows(padded, kernel, stride, outputs), axis=axes)
+    return POOL[op.op](op, x, _Geometry.of(op, x))
+
+
+def _max_pool(op, x: mx.array, g: _Geometry) -> mx.array:
+    low = mx.finfo(x.dtype).min if mx.issubdtype(x.dtype, mx.floating) else mx.iinfo(x.dtype).min
+    padded = mx.pad(x, g.pads(lambda i: (g.padding[i], g.padding[i] + g.extra[i])), constant_values=low)
+    return mx.max(g.windows(padded), axis=g.axes)
+
+
+def _avg_pool(op, x: mx.array, g: _Geometry) -> mx.array:
     wide = x.astype(mx.float32) if x.dtype in (mx.float16, mx.bfloat16) else x  # PyTorch accumulates in float32
-    total = mx.sum(_windows(mx.pad(wide, pads), kernel, stride, outputs), axis=axes)
+    padded = mx.pad(wide, g.pads(lambda i: (g.padding[i], g.padding[i] + g.extra[i])))
+    total = mx.sum(g.windows(padded), axis=g.axes)
     if op.divisorOverride:
         return (total / op.divisorOverride).astype(x.dtype)
-    return (total / _divisor(op, lengths, kernel, stride, padding, extra, outputs)).astype(x.dtype)
+    return (total / _divisor(op, g)).astype(x.dtype)
 
 
-def _divisor(op, lengths, kernel, stride, padding, extra, outputs) -> mx.array:
+def _divisor(op, g: _Geometry) -> mx.array:
     """How many elements each average window divides by, PyTorch's way: the window
     clipped to the padded input (count_include_pad) or to the real input."""
-    ones = mx.ones((1, *lengths, 1), dtype=mx.float32)
+    ones = mx.ones((1, *g.lengths, 1), dtype=mx.float32)
     if op.countIncludePad:
-        counted = mx.pad(ones, [(0, 0)] + [(p, p) for p in padding] + [(0, 0)], constant_values=1)
-        counted = mx.pad(counted, [(0, 0)] + [(0, e) for e in extra] + [(0, 0)])
+        counted = mx.pad(ones, g.pads(lambda i: (g.padding[i], g.padding[i])), constant_values=1)
+        counted = mx.pad(counted, g.pads(lambda i: (0, g.extra[i])))
     else:
-        counted = mx.pad(ones, [(0, 0)] + [(p, p + e) for p, e in zip(padding, extra)] + [(0, 0)])
-    axes = tuple(range(1 + len(kernel), 1 + 2 * len(kernel)))
-    return mx.sum(_windows(counted, kernel, stride, outputs), axis=axes)
+        counted = mx.pad(ones, g.pads(lambda i: (g.padding[i], g.padding[i] + g.extra[i])))
+    return mx.sum(g.windows(counted), axis=g.axes)
+
+
+POOL = {PoolOp.Max: _max_pool, PoolOp.Avg: _avg_pool}
 
 
 HANDLERS = {"Conv": _conv, "Pool": _pool}
