@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install demo test bench clean
+.PHONY: install native demo test bench clean
 
 $(INSTALLED): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,19 +14,24 @@ $(INSTALLED): pyproject.toml
 
 install: $(INSTALLED)
 
-demo: $(INSTALLED)
+# The native backend (libetmlx_backend) and etmlx_run, into build/native; incremental.
+native: $(INSTALLED)
+	$(PY) native/build.py
+
+demo: native
 	$(PY) examples/demo.py
 
-test: $(INSTALLED)
+test: native
 	$(PY) -m pytest -q
 
 $(VENV)/.bench-installed: $(INSTALLED)
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	touch $@
 
-bench: $(VENV)/.bench-installed
+bench: $(VENV)/.bench-installed native
 	$(PY) bench/bench_encoder_block.py
 	$(PY) bench/bench_attention.py
+	$(PY) bench/bench_runtimes.py
 	$(PY) bench/bench_llm.py
 
 clean:

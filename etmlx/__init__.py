@@ -24,10 +24,24 @@ def export_methods(methods, path):
     return _export_methods(methods, path)
 
 
-def load(path_or_bytes):
-    from .runtime_shim import load as _load
-
-    return _load(path_or_bytes)
+RUNTIMES = ("python", "executorch")
 
 
-__all__ = ["EtMlxError", "ExportError", "export", "export_methods", "load"]
+def load(path_or_bytes, runtime: str = "python"):
+    """Loads a ``.pte`` to run: ``runtime="python"`` (the default) with etmlx's own
+    runtime, which needs only mlx, flatbuffers and numpy for a fully delegated program;
+    ``runtime="executorch"`` with ExecuTorch's C++ runtime and etmlx's native backend
+    (``etmlx.native``), the runtime an app embeds. Both take torch, numpy or mlx inputs
+    and return outputs of the same kind."""
+    if runtime == "python":
+        from .runtime_shim import load as _load
+
+        return _load(path_or_bytes)
+    if runtime == "executorch":
+        from .native import load as _load_native
+
+        return _load_native(path_or_bytes)
+    raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
+
+
+__all__ = ["RUNTIMES", "EtMlxError", "ExportError", "export", "export_methods", "load"]

@@ -9,7 +9,7 @@ from is overwritten by the next call.
 import numpy as np
 
 from . import pte_types as t
-from .dtypes import BFLOAT16, DType
+from .dtypes import BFLOAT16, DType, from_scalar_type
 from .errors import InputError
 from .tensor_value import TensorValue, is_mx_array, is_torch_tensor
 
@@ -120,14 +120,41 @@ def convert_output(value, kind: str):
     if not isinstance(value, TensorValue):
         return value
     array = np.array(value.array, copy=True)  # contiguous, independent of the arena
+    return _from_numpy(array, value.dtype is BFLOAT16, kind)
+
+
+def convert_torch_output(tensor, kind: str):
+    """A torch output (ExecuTorch's runtime returns those) as ``kind``."""
+    if kind == TORCH or not is_torch_tensor(tensor):
+        return tensor
+    import torch
+
+    bf16 = tensor.dtype == torch.bfloat16
+    return _from_numpy((tensor.view(torch.uint16) if bf16 else tensor).numpy(), bf16, kind)
+
+
+def _from_numpy(array: np.ndarray, bf16: bool, kind: str):
+    """``array`` (bfloat16 as uint16 bits) as ``kind``, sharing its memory where it can."""
     if kind == TORCH:
         import torch
 
         tensor = torch.from_numpy(array)
-        return tensor.view(torch.bfloat16) if value.dtype is BFLOAT16 else tensor
+        return tensor.view(torch.bfloat16) if bf16 else tensor
     if kind == MX:
         import mlx.core as mx
 
         a = mx.array(array)
-        return a.view(mx.bfloat16) if value.dtype is BFLOAT16 else a
+        return a.view(mx.bfloat16) if bf16 else a
     return array
+
+
+def expected_inputs(plan: t.ExecutionPlan) -> list:
+    """What ``check_inputs`` compares a method's inputs with, from the plan alone: a
+    TensorValue without memory per tensor input, the serialized value otherwise."""
+    expected = []
+    for index in plan.inputs:
+        value = plan.values[index]
+        if isinstance(value, t.TensorMeta):
+            value = TensorValue(from_scalar_type(value.scalar_type), value.sizes, value.dim_order, value.dynamism, None)
+        expected.append(value)
+    return expected

@@ -1,5 +1,6 @@
 """Load a ``.pte`` and run its methods: the runtime shim's entry point."""
 
+import threading
 from collections.abc import Sequence
 
 from . import method_io
@@ -12,16 +13,34 @@ from .state import ProgramState
 from .tensor_value import TensorValue
 
 
-class LoadedProgram:
+class MethodCalls:
+    """Every method of a loaded program as an attribute: ``prog.forward(x)`` runs
+    ``prog.run_method("forward", (x,))`` and returns its one output, or a tuple."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("_") or name not in self.method_names:
+            raise AttributeError(f"program has no method or attribute {name!r} (methods: {', '.join(self.method_names)})")
+
+        def method(*inputs):
+            outputs = self.run_method(name, inputs)
+            return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+        method.__name__ = name
+        return method
+
+
+class LoadedProgram(MethodCalls):
     """A program ready to run; every method is also an attribute: ``prog.forward(x)``.
 
     Loading allocates each method's planned memory and initializes its delegates,
     so state (mutable buffers, delegate caches) lives as long as this object. The file's
     bytes are not kept: once delegates have copied their weights, only the plan's own
-    constants (views into the bytes) keep them alive.
+    constants (views into the bytes) keep them alive. Calls are serialized: a method's
+    planned memory is reused on every call.
     """
 
     def __init__(self, pte: PteFile):
+        self._lock = threading.Lock()
         self._methods: dict[str, MethodRunner] = {}
         self._direct: dict = {}  # method -> direct_runner(...) or None
         self.state = ProgramState()
@@ -53,30 +72,19 @@ class LoadedProgram:
         except KeyError:
             raise AttributeError(f"program has no method {name!r} (methods: {', '.join(self._methods)})") from None
         values, plan = runner.values, runner.plan
-        arrays = method_io.check_inputs(name, [values[i] for i in plan.inputs], inputs)
-        kind = method_io.output_kind(inputs)
-        direct = self._direct[name]
-        if direct is not None:
-            return direct(arrays, kind)
-        for index, array in zip(plan.inputs, arrays):
-            if isinstance(values[index], TensorValue):
-                values[index].set(array)
-            else:
-                values[index] = array
-        runner.execute()
-        return [method_io.convert_output(values[i], kind) for i in plan.outputs]
-
-    def __getattr__(self, name: str):
-        methods = self.__dict__.get("_methods", {})
-        if name not in methods:
-            raise AttributeError(f"program has no method or attribute {name!r} (methods: {', '.join(methods)})")
-
-        def method(*inputs):
-            outputs = self.run_method(name, inputs)
-            return outputs[0] if len(outputs) == 1 else tuple(outputs)
-
-        method.__name__ = name
-        return method
+        with self._lock:
+            arrays = method_io.check_inputs(name, [values[i] for i in plan.inputs], inputs)
+            kind = method_io.output_kind(inputs)
+            direct = self._direct[name]
+            if direct is not None:
+                return direct(arrays, kind)
+            for index, array in zip(plan.inputs, arrays):
+                if isinstance(values[index], TensorValue):
+                    values[index].set(array)
+                else:
+                    values[index] = array
+            runner.execute()
+            return [method_io.convert_output(values[i], kind) for i in plan.outputs]
 
 
 def load(path_or_bytes) -> LoadedProgram:

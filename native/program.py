@@ -1,0 +1,74 @@
+"""``etmlx.load(path, runtime="executorch")``: a ``.pte`` run by ExecuTorch's own C++
+runtime, its etmlx delegates by the native backend, behind the Python runtime's
+calling convention: torch, numpy or mlx arrays in, the same kind out, inputs checked
+against the plan with the same ``InputError``s."""
+
+import os
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+from etmlx.runtime_shim import method_io
+from etmlx.runtime_shim.errors import ExecutionError, PteFormatError
+from etmlx.runtime_shim.program import MethodCalls
+from etmlx.runtime_shim.pte_file import read_pte
+
+from . import clear_last_error, last_error
+
+
+class ExecutorchProgram(MethodCalls):
+    """A program loaded by ``executorch.runtime``; every method is also an attribute.
+
+    All methods are loaded (their delegates initialized) here, so a malformed payload
+    fails at load. Calls on one program are serialized: ExecuTorch's methods reuse
+    their planned memory on every call.
+    """
+
+    def __init__(self, path_or_bytes):
+        from executorch.runtime import Runtime
+
+        pte = read_pte(path_or_bytes)  # the plans, for checking inputs; PteFormatError if malformed
+        self._expected = {plan.name: method_io.expected_inputs(plan) for plan in pte.program.plans}
+        source = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else bytes(path_or_bytes)
+        clear_last_error()
+        try:
+            self._program = Runtime.get().load_program(source)
+            self._methods = {name: self._program.load_method(name) for name in self._expected}
+        except RuntimeError as error:
+            raise PteFormatError(f"ExecuTorch could not load the program: {last_error() or error}") from error
+        self._lock = threading.Lock()
+
+    @property
+    def method_names(self) -> list[str]:
+        return list(self._methods)
+
+    def run_method(self, name: str, inputs: Sequence) -> list:
+        """Run method ``name``; returns its outputs (as the kind of the first tensor input)."""
+        method = self._method(name)
+        arrays = method_io.check_inputs(name, self._expected[name], inputs)
+        kind = method_io.output_kind(inputs)
+        args = [_torch_input(a, spec) for a, spec in zip(arrays, self._expected[name])]
+        with self._lock:
+            clear_last_error()
+            try:
+                outputs = method.execute(args)
+            except RuntimeError as error:
+                raise ExecutionError(f"method {name!r}: {last_error() or error}") from error
+        return [method_io.convert_torch_output(o, kind) for o in outputs]
+
+    def _method(self, name: str):
+        try:
+            return self._methods[name]
+        except KeyError:
+            raise AttributeError(f"program has no method {name!r} (methods: {', '.join(self._methods)})") from None
+
+
+def _torch_input(value, spec):
+    """A checked input as ExecuTorch's runtime takes it: a contiguous torch tensor."""
+    if not isinstance(value, np.ndarray):
+        return value
+    import torch
+
+    tensor = torch.from_numpy(value if value.flags.c_contiguous else value.copy())  # 0-d stays 0-d
+    return tensor.view(torch.bfloat16) if spec.dtype is method_io.BFLOAT16 else tensor

@@ -1,0 +1,268 @@
+#include "delegate.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include <mlx/ops.h>
+#include <mlx/transforms.h>
+
+#include "dtypes.h"
+#include "errors.h"
+
+namespace etmlx::native {
+
+namespace {
+
+bool compile_enabled() {
+  const char* flag = std::getenv("ETMLX_COMPILE");
+  return flag == nullptr || std::strcmp(flag, "0") != 0;
+}
+
+uintptr_t next_compile_id() {
+  static std::atomic<uintptr_t> next{1};
+  return next++;
+}
+
+template <class T>
+std::vector<const T*> items(const flatbuffers::Vector<flatbuffers::Offset<T>>* vector) {
+  std::vector<const T*> out;
+  if (vector != nullptr) {
+    for (flatbuffers::uoffset_t i = 0; i < vector->size(); ++i) {
+      out.push_back(vector->Get(i));
+    }
+  }
+  return out;
+}
+
+// An MLX array of a NamedTensor's bytes in the program's named data. Where the
+// allocator can (Metal), MLX uses the bytes in place; elsewhere it copies them.
+mx::array load_named(const etmlx_ir::NamedTensor& tensor, const NamedDataMap* named_data) {
+  const std::string key = tensor.key()->str();
+  if (named_data == nullptr) {
+    throw FormatError("constant '" + key + "': the program has no named data");
+  }
+  auto found = named_data->get_data(key);
+  if (!found.ok()) {
+    throw FormatError("constant '" + key + "' is not in the program's named data");
+  }
+  const auto dtype = mlx_dtype(tensor.dtype());
+  mx::Shape shape;
+  uint64_t expected = dtype.size();
+  if (tensor.shape() != nullptr) {
+    for (int64_t size : *tensor.shape()) {  // validate() bounded each size to int32
+      shape.push_back(static_cast<int>(size));
+      if (size != 0 && expected > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(size)) {
+        throw FormatError("constant '" + key + "' is too large");
+      }
+      expected *= static_cast<uint64_t>(size);
+    }
+  }
+  auto buffer = std::make_shared<executorch::runtime::FreeableBuffer>(std::move(found.get()));
+  if (buffer->size() != expected) {
+    throw FormatError("constant '" + key + "' has " + std::to_string(buffer->size()) + " bytes, its shape and dtype need " +
+                      std::to_string(expected));
+  }
+  auto data = buffer->data_safe();
+  if (!data.ok()) {
+    throw FormatError("constant '" + key + "' is not addressable");
+  }
+  auto* bytes = const_cast<void*>(data.get());
+  if (expected == 0 || reinterpret_cast<uintptr_t>(bytes) % dtype.size() != 0) {
+    // Misaligned (or empty): copied, so MLX never reads a misaligned element.
+    auto copy = mx::zeros(shape, dtype);
+    copy.eval();
+    if (expected > 0) {
+      std::memcpy(copy.data<uint8_t>(), bytes, expected);
+    }
+    return copy;
+  }
+  return mx::array(bytes, shape, dtype, [buffer](void*) {});
+}
+
+}  // namespace
+
+Delegate::Delegate(Payload payload, const NamedDataMap* named_data, std::shared_ptr<ProgramState> state)
+    : payload_(std::move(payload)), graph_(*payload_.graph), state_(std::move(state)) {
+  for (const auto* value : items(graph_.inputs())) {
+    input_kinds_.push_back(value->kind());
+  }
+  for (const auto* value : items(graph_.outputs())) {
+    output_kinds_.push_back(value->kind());
+  }
+  for (const auto* constant : items(graph_.constants())) {
+    const auto array = state_->constant(constant_id(*constant), [&] { return load_named(*constant, named_data); });
+    constants_.emplace_back(constant->slot(), array);
+  }
+  for (const auto* buffer : items(graph_.buffers())) {
+    const auto& initial = *buffer->initial();
+    const std::string name = buffer->name()->str();
+    state_->declare_buffer(name, constant_id(initial), [&] { return load_named(initial, named_data); });
+    buffer_slots_.emplace_back(name, initial.slot());
+    if (buffer->has_update()) {
+      buffer_updates_.emplace_back(name, buffer->update());
+    }
+  }
+  const auto& nodes = payload_.layout.nodes;
+  const auto graph_nodes = items(graph_.nodes());
+  for (size_t i = 0; i < graph_nodes.size(); ++i) {
+    const auto* node = graph_nodes[i];
+    const Handler* handler = registry().find(node->op_type());
+    const std::string where = "node " + std::to_string(i) + " (" + etmlx_ir::EnumNameOp(node->op_type()) + ")";
+    if (handler == nullptr) {
+      throw FormatError(where + ": no handler in this runtime");
+    }
+    if ((handler->integer != nullptr) != nodes[i].out_is_int) {
+      throw FormatError(where + ": writes the wrong kind of slot");
+    }
+    steps_.push_back({handler, node->op(), nodes[i].out, nodes[i].out_is_int});
+  }
+  hoist_constant_steps(payload_.layout);
+
+  const bool sizes_cross_boundary =
+      std::any_of(input_kinds_.begin(), input_kinds_.end(), [](auto k) { return k == etmlx_ir::ValueKind::Int; }) ||
+      std::any_of(output_kinds_.begin(), output_kinds_.end(), [](auto k) { return k == etmlx_ir::ValueKind::Int; });
+  // A size passed as an integer is invisible to a trace, so such graphs are
+  // interpreted (as in Python).
+  if (compile_enabled() && !sizes_cross_boundary) {
+    compile_id_ = next_compile_id();
+    compiled_ = mx::detail::compile([this](const std::vector<mx::array>& arrays) { return interpret_arrays(arrays); },
+                                    compile_id_);
+  }
+}
+
+Delegate::~Delegate() {
+  for (const auto& cache : compile_caches_) {
+    mx::detail::compile_erase(cache, compile_id_);
+  }
+}
+
+// Evaluates, once at load, every node that reads only constants (scalars,
+// fills, ops on weights), adding its result to the constants.
+void Delegate::hoist_constant_steps(const GraphLayout& layout) {
+  Env env(graph_.num_tensor_slots(), 0);
+  std::vector<bool> is_constant(graph_.num_tensor_slots(), false);
+  for (const auto& [slot, array] : constants_) {
+    env.set(slot, array);
+    is_constant[slot] = true;
+  }
+  std::vector<Step> remaining;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const auto& step = steps_[i];
+    const auto& slots = layout.nodes[i];
+    const bool reads_constants_only =
+        !slots.out_is_int && !slots.reads_ints &&
+        std::all_of(slots.tensor_reads.begin(), slots.tensor_reads.end(), [&](uint32_t s) { return is_constant[s]; });
+    if (!reads_constants_only) {
+      remaining.push_back(step);
+      continue;
+    }
+    auto value = step.handler->tensor(step.table, env);
+    mx::eval(value);
+    env.set(step.out, value);
+    is_constant[step.out] = true;
+    constants_.emplace_back(step.out, std::move(value));
+  }
+  steps_ = std::move(remaining);
+}
+
+Delegate::Results Delegate::interpret(const std::vector<Value>& inputs, const std::vector<mx::array>& buffers) const {
+  Env env(graph_.num_tensor_slots(), graph_.num_int_slots());
+  const auto graph_inputs = items(graph_.inputs());
+  for (size_t i = 0; i < graph_inputs.size(); ++i) {
+    if (graph_inputs[i]->kind() == etmlx_ir::ValueKind::Int) {
+      env.set_int(graph_inputs[i]->slot(), std::get<int64_t>(inputs[i]));
+    } else {
+      env.set(graph_inputs[i]->slot(), std::get<mx::array>(inputs[i]));
+    }
+  }
+  for (const auto& [slot, array] : constants_) {
+    env.set(slot, array);
+  }
+  for (size_t i = 0; i < buffer_slots_.size(); ++i) {
+    env.set(buffer_slots_[i].second, buffers[i]);
+  }
+  for (const auto& step : steps_) {
+    if (step.is_int) {
+      env.set_int(step.out, step.handler->integer(step.table, env));
+    } else {
+      env.set(step.out, step.handler->tensor(step.table, env));
+    }
+  }
+  Results results;
+  for (const auto* value : items(graph_.outputs())) {
+    if (value->kind() == etmlx_ir::ValueKind::Int) {
+      results.outputs.emplace_back(env.int_at(value->slot()));
+    } else {
+      results.outputs.emplace_back(env.tensor(value->slot()));
+    }
+  }
+  for (const auto& [name, slot] : buffer_updates_) {
+    results.buffer_updates.push_back(env.tensor(slot));
+  }
+  return results;
+}
+
+// The graph as a function of arrays alone, for mlx::core::compile: inputs then
+// buffer values in, outputs then buffer updates out.
+std::vector<mx::array> Delegate::interpret_arrays(const std::vector<mx::array>& arrays) const {
+  const auto split = arrays.begin() + static_cast<std::ptrdiff_t>(num_inputs());
+  const std::vector<Value> inputs(arrays.begin(), split);
+  const std::vector<mx::array> buffers(split, arrays.end());
+  auto results = interpret(inputs, buffers);
+  std::vector<mx::array> flat;
+  for (auto& output : results.outputs) {
+    flat.push_back(std::get<mx::array>(output));
+  }
+  flat.insert(flat.end(), results.buffer_updates.begin(), results.buffer_updates.end());
+  return flat;
+}
+
+Delegate::Results Delegate::compute(const std::vector<Value>& inputs) {
+  if (inputs.size() != num_inputs()) {
+    throw InputError("the delegate takes " + std::to_string(num_inputs()) + " inputs, the call passes " +
+                     std::to_string(inputs.size()));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (std::holds_alternative<int64_t>(inputs[i]) != (input_kinds_[i] == etmlx_ir::ValueKind::Int)) {
+      throw InputError("input " + std::to_string(i) + " should be " +
+                       (input_kinds_[i] == etmlx_ir::ValueKind::Int ? "an integer" : "a tensor"));
+    }
+  }
+  std::vector<mx::array> buffers;
+  for (const auto& [name, slot] : buffer_slots_) {
+    buffers.push_back(state_->buffer(name));
+  }
+  if (!compiled_) {
+    return interpret(inputs, buffers);
+  }
+  std::vector<mx::array> arrays;
+  for (const auto& input : inputs) {
+    arrays.push_back(std::get<mx::array>(input));
+  }
+  arrays.insert(arrays.end(), buffers.begin(), buffers.end());
+  auto flat = compiled_(arrays);
+  auto cache = mx::detail::compile_cache();
+  const bool known = std::any_of(compile_caches_.begin(), compile_caches_.end(), [&](const auto& seen) {
+    return !seen.owner_before(cache) && !cache.owner_before(seen);
+  });
+  if (!known) {
+    compile_caches_.push_back(cache);
+  }
+  Results results;
+  const auto split = flat.begin() + static_cast<std::ptrdiff_t>(num_outputs());
+  results.outputs.assign(flat.begin(), split);
+  results.buffer_updates.assign(split, flat.end());
+  return results;
+}
+
+void Delegate::commit(std::vector<mx::array> buffer_updates) {
+  for (size_t i = 0; i < buffer_updates_.size(); ++i) {
+    state_->set_buffer(buffer_updates_[i].first, std::move(buffer_updates[i]));
+  }
+}
+
+}  // namespace etmlx::native

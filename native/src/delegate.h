@@ -1,0 +1,82 @@
+// One loaded etmlx delegate: an interpreter of the IR that builds one lazy MLX
+// graph per call, evaluated at the delegate's boundary, as the Python runtime's
+// MlxDelegate (runtime_shim/mlx_delegate.py) does.
+//
+// The interpreter is a pure function of (inputs, buffer values), so it runs
+// under mlx::core::compile: traced once per input shapes, then replayed with no
+// work per node. ETMLX_COMPILE=0 turns that off, as in Python.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <mlx/array.h>
+#include <mlx/compile_impl.h>
+
+#include "mlx_ops/registry.h"
+#include "payload.h"
+#include "program_state.h"
+
+namespace etmlx::native {
+
+// A delegate argument or result: a tensor, or a size (a SymInt).
+using Value = std::variant<mx::array, int64_t>;
+
+class Delegate {
+ public:
+  Delegate(Payload payload, const NamedDataMap* named_data, std::shared_ptr<ProgramState> state);
+  ~Delegate();
+  Delegate(const Delegate&) = delete;
+  Delegate& operator=(const Delegate&) = delete;
+
+  // The call's results, not yet evaluated: evaluate `outputs` and
+  // `buffer_updates` together, then `commit` the updates. A call that fails
+  // before `commit` leaves the buffers as they were.
+  struct Results {
+    std::vector<Value> outputs;
+    std::vector<mx::array> buffer_updates;
+  };
+  Results compute(const std::vector<Value>& inputs);
+  void commit(std::vector<mx::array> buffer_updates);
+
+  size_t num_inputs() const { return input_kinds_.size(); }
+  size_t num_outputs() const { return output_kinds_.size(); }
+  etmlx_ir::ValueKind input_kind(size_t i) const { return input_kinds_.at(i); }
+  etmlx_ir::ValueKind output_kind(size_t i) const { return output_kinds_.at(i); }
+
+ private:
+  struct Step {
+    const Handler* handler;
+    const void* table;
+    uint32_t out;
+    bool is_int;
+  };
+
+  Results interpret(const std::vector<Value>& inputs, const std::vector<mx::array>& buffers) const;
+  std::vector<mx::array> interpret_arrays(const std::vector<mx::array>& arrays) const;
+  void hoist_constant_steps(const GraphLayout& layout);
+
+  Payload payload_;
+  const etmlx_ir::Graph& graph_;
+  std::shared_ptr<ProgramState> state_;
+  std::vector<Step> steps_;
+  std::vector<std::pair<uint32_t, mx::array>> constants_;
+  std::vector<std::pair<std::string, uint32_t>> buffer_slots_;    // buffer name, slot it is read from
+  std::vector<std::pair<std::string, uint32_t>> buffer_updates_;  // buffer name, slot of its new value
+  std::vector<etmlx_ir::ValueKind> input_kinds_;
+  std::vector<etmlx_ir::ValueKind> output_kinds_;
+
+  // mlx::core::compile keeps one trace cache per thread, keyed by an id; the
+  // id is never reused, and every cache this delegate traced into is erased
+  // when it goes.
+  std::function<std::vector<mx::array>(const std::vector<mx::array>&)> compiled_;
+  uintptr_t compile_id_ = 0;
+  std::vector<mx::detail::CompileCacheWeakPtr> compile_caches_;
+};
+
+}  // namespace etmlx::native

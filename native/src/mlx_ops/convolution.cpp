@@ -1,0 +1,219 @@
+// Conv and Pool on channels-last arrays (N, *spatial, C).
+#include <array>
+#include <functional>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include <mlx/ops.h>
+#include <mlx/utils.h>
+
+#include "registry.h"
+
+namespace etmlx::native {
+
+namespace {
+
+using Pads = std::vector<std::pair<int, int>>;
+
+mx::array conv_transpose(const etmlx_ir::Conv& op, const mx::array& x, const mx::array& w) {
+  const auto stride = ints(op.stride());
+  const auto padding = ints(op.padding());
+  const auto dilation = ints(op.dilation());
+  auto output_padding = ints(op.output_padding());
+  const size_t spatial = stride.size();
+  if (output_padding.empty()) {
+    output_padding.assign(spatial, 0);
+  }
+  if (padding.size() != spatial || dilation.size() != spatial || output_padding.size() != spatial) {
+    throw std::invalid_argument("a transposed convolution needs one stride, padding, dilation and output padding "
+                                "per spatial dimension");
+  }
+  switch (spatial) {
+    case 1:
+      return mx::conv_transpose1d(x, w, stride[0], padding[0], dilation[0], output_padding[0]);
+    case 2:
+      return mx::conv_transpose2d(x, w, {stride[0], stride[1]}, {padding[0], padding[1]}, {dilation[0], dilation[1]},
+                                  {output_padding[0], output_padding[1]});
+    case 3:
+      return mx::conv_transpose3d(x, w, {stride[0], stride[1], stride[2]}, {padding[0], padding[1], padding[2]},
+                                  {dilation[0], dilation[1], dilation[2]},
+                                  {output_padding[0], output_padding[1], output_padding[2]});
+    default:
+      throw std::invalid_argument("transposed convolution over " + std::to_string(spatial) +
+                                  " spatial dimensions; 1 to 3 are supported");
+  }
+}
+
+mx::array conv(const etmlx_ir::Conv& op, Env& env) {
+  const auto& x = env.t(op.x());
+  const auto& w = env.t(op.weight());
+  if (op.transposed()) {
+    return conv_transpose(op, x, w);
+  }
+  const auto padding = ints(op.padding());
+  const std::vector<int> input_dilation{1};
+  return mx::conv_general(mx::array(x), mx::array(w), ints(op.stride()), padding, padding, ints(op.dilation()),
+                          input_dilation, op.groups());
+}
+
+// Python's // for a positive divisor.
+int64_t floor_divide(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// PyTorch's pooling output size, including its ceil_mode rule that the last
+// window must start inside the input or the left padding.
+int64_t pool_output_size(int64_t length, int64_t kernel, int64_t stride, int64_t pad, bool ceil_mode) {
+  const int64_t span = length + 2 * pad - kernel;
+  int64_t out = (ceil_mode ? -floor_divide(-span, stride) : floor_divide(span, stride)) + 1;
+  if (ceil_mode && (out - 1) * stride >= length + pad) {
+    --out;
+  }
+  return out;
+}
+
+struct PoolGeometry {
+  std::vector<int> kernel, stride, padding, outputs, extra;
+  mx::Shape lengths;
+};
+
+PoolGeometry pool_geometry(const etmlx_ir::Pool& op, const mx::array& x) {
+  PoolGeometry g{ints(op.kernel()), ints(op.stride()), ints(op.padding()), {}, {}, {}};
+  const size_t spatial = g.kernel.size();
+  if (x.ndim() != spatial + 2 || g.stride.size() != spatial || g.padding.size() != spatial) {
+    throw std::invalid_argument("pooling needs one kernel size, stride and padding per spatial dimension of a (N, "
+                                "*spatial, C) input");
+  }
+  for (size_t i = 0; i < spatial; ++i) {
+    const int64_t length = x.shape(static_cast<int>(i) + 1);
+    const int64_t k = g.kernel[i], s = g.stride[i], p = g.padding[i];
+    if (k < 1 || s < 1 || p < 0) {
+      throw std::invalid_argument("pooling kernel and stride must be positive and padding not negative");
+    }
+    const int64_t out = pool_output_size(length, k, s, p, op.ceil_mode());
+    if (out < 1) {
+      throw std::invalid_argument("pooling window of " + std::to_string(k) + " is larger than the padded input of " +
+                                  std::to_string(length + 2 * p));
+    }
+    g.lengths.push_back(static_cast<int>(length));
+    g.outputs.push_back(Env::dim(out));
+    // Right padding past PyTorch's own, so the last ceil_mode window fits.
+    g.extra.push_back(Env::dim(std::max<int64_t>(0, (out - 1) * s + k - (length + 2 * p))));
+  }
+  return g;
+}
+
+// (N, *outputs, *kernel, C) view of the windows of x. Every window lies inside
+// x: pool_geometry padded x so the last one fits.
+mx::array windows(const mx::array& input, const PoolGeometry& g) {
+  const auto x = mx::contiguous(input);
+  const auto& shape = x.shape();
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i) {
+    strides[i] = strides[i + 1] * shape[i + 1];
+  }
+  mx::Shape window_shape{shape.front()};
+  mx::Strides window_strides{strides.front()};
+  for (size_t i = 0; i < g.kernel.size(); ++i) {
+    window_shape.push_back(g.outputs[i]);
+    window_strides.push_back(strides[i + 1] * g.stride[i]);
+  }
+  for (size_t i = 0; i < g.kernel.size(); ++i) {
+    window_shape.push_back(g.kernel[i]);
+    window_strides.push_back(strides[i + 1]);
+  }
+  window_shape.push_back(shape.back());
+  window_strides.push_back(1);
+  return mx::as_strided(x, window_shape, window_strides, 0);
+}
+
+std::vector<int> window_axes(const PoolGeometry& g) {
+  std::vector<int> axes(g.kernel.size());
+  std::iota(axes.begin(), axes.end(), 1 + static_cast<int>(g.kernel.size()));
+  return axes;
+}
+
+Pads channels_last_pads(const std::vector<std::pair<int, int>>& spatial) {
+  Pads pads{{0, 0}};
+  pads.insert(pads.end(), spatial.begin(), spatial.end());
+  pads.emplace_back(0, 0);
+  return pads;
+}
+
+Pads spatial_pads(const PoolGeometry& g, const std::function<std::pair<int, int>(size_t)>& per_axis) {
+  Pads pads;
+  for (size_t i = 0; i < g.kernel.size(); ++i) {
+    pads.push_back(per_axis(i));
+  }
+  return channels_last_pads(pads);
+}
+
+// How many elements each average window divides by, PyTorch's way: the window
+// clipped to the padded input (count_include_pad) or to the real input.
+mx::array divisor(const etmlx_ir::Pool& op, const PoolGeometry& g) {
+  mx::Shape ones_shape{1};
+  ones_shape.insert(ones_shape.end(), g.lengths.begin(), g.lengths.end());
+  ones_shape.push_back(1);
+  const auto ones = mx::ones(ones_shape, mx::float32);
+  mx::array counted = ones;
+  if (op.count_include_pad()) {
+    counted = mx::pad(ones, spatial_pads(g, [&](size_t i) { return std::pair{g.padding[i], g.padding[i]}; }),
+                      mx::array(1, mx::float32));
+    counted = mx::pad(counted, spatial_pads(g, [&](size_t i) { return std::pair{0, g.extra[i]}; }),
+                      mx::array(0, mx::float32));
+  } else {
+    counted = mx::pad(ones, spatial_pads(g, [&](size_t i) { return std::pair{g.padding[i], g.padding[i] + g.extra[i]}; }),
+                      mx::array(0, mx::float32));
+  }
+  return mx::sum(windows(counted, g), window_axes(g));
+}
+
+mx::array lowest(mx::Dtype dtype) {
+  if (mx::issubdtype(dtype, mx::floating)) {
+    return mx::array(static_cast<float>(mx::finfo(dtype).min), dtype);
+  }
+  return mx::array(mx::iinfo(dtype).min, dtype);
+}
+
+mx::array pad_for_windows(const mx::array& x, const PoolGeometry& g, const mx::array& value) {
+  return mx::pad(x, spatial_pads(g, [&](size_t i) { return std::pair{g.padding[i], g.padding[i] + g.extra[i]}; }),
+                 value);
+}
+
+mx::array max_pool(const etmlx_ir::Pool&, const mx::array& x, const PoolGeometry& g) {
+  return mx::max(windows(pad_for_windows(x, g, lowest(x.dtype())), g), window_axes(g));
+}
+
+// PyTorch accumulates half-precision averages in float32.
+mx::array avg_pool(const etmlx_ir::Pool& op, const mx::array& x, const PoolGeometry& g) {
+  const bool half = x.dtype() == mx::float16 || x.dtype() == mx::bfloat16;
+  const auto wide = half ? mx::astype(x, mx::float32) : x;
+  const auto total = mx::sum(windows(pad_for_windows(wide, g, mx::array(0, wide.dtype())), g), window_axes(g));
+  if (op.divisor_override() != 0) {
+    return mx::astype(mx::divide(total, mx::array(op.divisor_override(), total.dtype())), x.dtype());
+  }
+  return mx::astype(mx::divide(total, divisor(op, g)), x.dtype());
+}
+
+using PoolFn = mx::array (*)(const etmlx_ir::Pool&, const mx::array&, const PoolGeometry&);
+constexpr std::array<std::pair<etmlx_ir::PoolOp, PoolFn>, 2> kPool = {{
+    {etmlx_ir::PoolOp::Max, max_pool},
+    {etmlx_ir::PoolOp::Avg, avg_pool},
+}};
+static_assert(covers_enum(kPool), "every PoolOp needs a handler, in enum order");
+
+mx::array pool(const etmlx_ir::Pool& op, Env& env) {
+  const auto& x = env.t(op.x());
+  return kPool[static_cast<size_t>(op.op())].second(op, x, pool_geometry(op, x));
+}
+
+}  // namespace
+
+void register_convolution(Registry& r) {
+  r.tensor<etmlx_ir::Conv, conv>();
+  r.tensor<etmlx_ir::Pool, pool>();
+  r.operations("Pool", enum_names(kPool, etmlx_ir::EnumNamePoolOp));
+}
+
+}  // namespace etmlx::native

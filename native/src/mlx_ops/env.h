@@ -1,0 +1,63 @@
+// The values of one delegate call: tensor slots and int slots, read by the op
+// handlers. The reader has checked every slot a node names is in range and
+// written before it is read.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <mlx/array.h>
+
+#include "etmlx_ir_generated.h"
+
+namespace etmlx::native {
+
+namespace mx = mlx::core;
+
+class Env {
+ public:
+  Env(uint32_t num_tensors, uint32_t num_ints) : tensors_(num_tensors), ints_(num_ints, 0) {}
+
+  const mx::array& t(const etmlx_ir::Tid* ref) const { return tensor(ref->idx()); }
+  const mx::array& tensor(uint32_t slot) const { return *tensors_[slot]; }
+  void set(uint32_t slot, mx::array value) { tensors_[slot] = std::move(value); }
+
+  int64_t size(const etmlx_ir::IntOrSlot* ref) const {
+    return ref->is_slot() ? ints_[static_cast<size_t>(ref->value())] : ref->value();
+  }
+  int64_t int_at(uint32_t slot) const { return ints_[slot]; }
+  void set_int(uint32_t slot, int64_t value) { ints_[slot] = value; }
+
+  // Sizes as an MLX shape; MLX dimensions are 32-bit.
+  mx::Shape shape(const flatbuffers::Vector<const etmlx_ir::IntOrSlot*>* refs) const {
+    mx::Shape shape;
+    if (refs != nullptr) {
+      for (flatbuffers::uoffset_t i = 0; i < refs->size(); ++i) {
+        shape.push_back(dim(size(refs->Get(i))));
+      }
+    }
+    return shape;
+  }
+
+  static int32_t dim(int64_t value) {
+    if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
+      throw std::invalid_argument("size " + std::to_string(value) + " does not fit MLX's 32-bit dimensions");
+    }
+    return static_cast<int32_t>(value);
+  }
+
+ private:
+  std::vector<std::optional<mx::array>> tensors_;
+  std::vector<int64_t> ints_;
+};
+
+// A vector of int fields as std::vector<int> (MLX's axes and sizes).
+inline std::vector<int> ints(const flatbuffers::Vector<int32_t>* values) {
+  return values == nullptr ? std::vector<int>{} : std::vector<int>(values->begin(), values->end());
+}
+
+}  // namespace etmlx::native

@@ -1,0 +1,46 @@
+// Softmax, LogSoftmax, LayerNorm, RmsNorm.
+#include <optional>
+
+#include <mlx/fast.h>
+#include <mlx/ops.h>
+
+#include "registry.h"
+
+namespace etmlx::native {
+
+namespace {
+
+std::optional<mx::array> optional_operand(bool present, const etmlx_ir::Tid* ref, Env& env) {
+  return present ? std::optional<mx::array>(env.t(ref)) : std::nullopt;
+}
+
+mx::array softmax(const etmlx_ir::Softmax& op, Env& env) {
+  return mx::softmax(env.t(op.x()), std::vector<int>{op.axis()}, /*precise=*/true);
+}
+
+// PyTorch accumulates half-precision log-softmax in float32.
+mx::array log_softmax(const etmlx_ir::LogSoftmax& op, Env& env) {
+  const auto& x = env.t(op.x());
+  const auto wide = mx::astype(x, mx::float32);
+  return mx::astype(mx::subtract(wide, mx::logsumexp(wide, op.axis(), /*keepdims=*/true)), x.dtype());
+}
+
+mx::array layer_norm(const etmlx_ir::LayerNorm& op, Env& env) {
+  return mx::fast::layer_norm(env.t(op.x()), optional_operand(op.has_weight(), op.weight(), env),
+                              optional_operand(op.has_bias(), op.bias(), env), op.eps());
+}
+
+mx::array rms_norm(const etmlx_ir::RmsNorm& op, Env& env) {
+  return mx::fast::rms_norm(env.t(op.x()), optional_operand(op.has_weight(), op.weight(), env), op.eps());
+}
+
+}  // namespace
+
+void register_normalization(Registry& r) {
+  r.tensor<etmlx_ir::Softmax, softmax>();
+  r.tensor<etmlx_ir::LogSoftmax, log_softmax>();
+  r.tensor<etmlx_ir::LayerNorm, layer_norm>();
+  r.tensor<etmlx_ir::RmsNorm, rms_norm>();
+}
+
+}  // namespace etmlx::native

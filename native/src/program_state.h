@@ -1,0 +1,62 @@
+// State that lives as long as a loaded program and is shared by all its
+// delegates: constants (so a prefill and a decode method hold one copy of the
+// weights) and mutable buffers by name (so the KV cache a prefill method fills
+// is the one a decode method reads). Mirrors runtime_shim/state.py.
+#pragma once
+
+#include <compare>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <executorch/runtime/core/named_data_map.h>
+#include <mlx/array.h>
+
+#include "etmlx_ir_generated.h"
+
+namespace etmlx::native {
+
+namespace mx = mlx::core;
+using NamedDataMap = executorch::runtime::NamedDataMap;
+
+// Keys hash the bytes only (all-zero tensors of different dtypes share one),
+// so an array is identified by key, dtype and shape.
+struct ConstantId {
+  std::string key;
+  etmlx_ir::DType dtype;
+  std::vector<int64_t> shape;
+  auto operator<=>(const ConstantId&) const = default;
+};
+
+ConstantId constant_id(const etmlx_ir::NamedTensor& tensor);
+
+class ProgramState {
+ public:
+  // The array for `id`, made by `load()` the first time it is asked for.
+  mx::array constant(const ConstantId& id, const std::function<mx::array()>& load);
+
+  // Declares buffer `name`; the first delegate to declare it sets its initial
+  // value. Throws FormatError when two delegates declare it differently.
+  void declare_buffer(const std::string& name, const ConstantId& initial, const std::function<mx::array()>& load);
+
+  const mx::array& buffer(const std::string& name) const { return buffers_.at(name).value; }
+  void set_buffer(const std::string& name, mx::array value) { buffers_.at(name).value = std::move(value); }
+
+ private:
+  struct Buffer {
+    ConstantId declared;
+    mx::array value;
+  };
+  std::map<ConstantId, mx::array> constants_;
+  std::map<std::string, Buffer> buffers_;
+};
+
+// The state of the program whose named data is `named_data`: ExecuTorch hands
+// every method of one loaded program the same map, and two loads different
+// ones. Without named data a delegate has no constants or buffers to share and
+// gets a state of its own. The caller holds the backend's lock.
+std::shared_ptr<ProgramState> program_state(const NamedDataMap* named_data);
+
+}  // namespace etmlx::native
