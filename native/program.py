@@ -30,6 +30,7 @@ class ExecutorchProgram(MethodCalls):
 
         pte = read_pte(path_or_bytes)  # the plans, for checking inputs; PteFormatError if malformed
         self._expected = {plan.name: method_io.expected_inputs(plan) for plan in pte.program.plans}
+        _check_kernels(pte, set(Runtime.get().operator_registry.operator_names))
         source = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else bytes(path_or_bytes)
         clear_last_error()
         try:
@@ -62,6 +63,19 @@ class ExecutorchProgram(MethodCalls):
             return self._methods[name]
         except KeyError:
             raise AttributeError(f"program has no method {name!r} (methods: {', '.join(self._methods)})") from None
+
+
+def _check_kernels(pte, registered: set) -> None:
+    """Names the operators MLX declined that ExecuTorch's kernel library lacks, which
+    ExecuTorch itself reports only as error 0x14 (OperatorMissing)."""
+    missing = sorted(
+        {op.qualified for plan in pte.program.plans for op in plan.operators} - registered
+    )
+    if missing:
+        raise PteFormatError(
+            f"ExecuTorch's runtime has no kernel for {', '.join(missing)}, which MLX declined; run this program "
+            "with etmlx's Python runtime (etmlx.load(path)), or change the model so MLX or ExecuTorch can run it"
+        )
 
 
 def _torch_input(value, spec):

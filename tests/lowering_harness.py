@@ -1,11 +1,12 @@
-"""Export a module through etmlx, run the .pte with the etmlx runtime, and report
-what was serialized, so a test can assert both parity and which MLX nodes ran."""
+"""Export a module through etmlx, run the .pte on every runtime (``runtimes.py``), and
+report what was serialized, so a test can assert both parity and which MLX nodes ran."""
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
-import etmlx
+import runtimes
 from etmlx.exporter import to_executorch
 from etmlx.inspection import inspect_program
 
@@ -19,10 +20,14 @@ TOLERANCE = {  # (rtol, atol) by dtype
 
 @dataclass
 class Lowered:
-    program: object  # the loaded etmlx program
     inspect: dict  # etmlx.inspection.inspect_program(...)
     report: object  # PartitionReport
     pte: bytes
+
+    @cached_property
+    def program(self):
+        """The .pte loaded on every runtime (``runtimes.py``), on first use."""
+        return runtimes.load(self.pte)
 
     @property
     def nodes(self) -> list:
@@ -42,7 +47,7 @@ class Lowered:
 def lower(module, inputs, dynamic_shapes=None) -> Lowered:
     program, report = to_executorch(module, inputs, dynamic_shapes)
     pte = program.buffer
-    return Lowered(etmlx.load(pte), inspect_program(pte), report, pte)
+    return Lowered(inspect_program(pte), report, pte)
 
 
 def assert_close(actual, expected, dtype=None):

@@ -3,24 +3,17 @@
 ``delegated`` exports through the full pipeline (``check_parity``) and asserts that
 nothing stayed outside MLX. ``lowered_directly`` serves the rules that ExecuTorch's
 edge pipeline never reaches today (it decomposes ``silu``, ``t_copy``, ``all``... before
-partitioning): it lowers the ATen graph of ``torch.export`` with ``lower_program`` and
-runs the payload with the MLX delegate, so those rules are still checked against eager.
+partitioning): it exports with those operators kept whole, so they are still checked
+against eager, on every runtime.
 """
 
-import mlx.core as mx
-import numpy as np
 import pytest
 import torch
-from executorch.exir._serialize._named_data_store import NamedDataStore
-from lowering_harness import assert_close, check_parity, lower
+from lowering_harness import Lowered, assert_close, check_parity, lower
 
 import etmlx.lowering.rules  # noqa: F401  (registers every rule)
-from etmlx.lowering.preprocess import lower_program
+from etmlx.inspection import inspect_program
 from etmlx.lowering.registry import RULES
-from etmlx.runtime_shim.mlx_delegate import MlxDelegate
-from etmlx.runtime_shim.state import ProgramState
-from etmlx.serializer import serialize
-from etmlx.serializer.ir import node_type
 
 FLOATS = [torch.float32, torch.float16, torch.bfloat16]
 DTYPE_IDS = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
@@ -94,48 +87,32 @@ def declined(module_or_fn, inputs, operator, dynamic_shapes=None):
     return entry.declined[0][1]
 
 
-# ---------------------------------------------------------------- direct lowering
-def _to_mx(tensor: torch.Tensor) -> mx.array:
-    if tensor.dtype == torch.bfloat16:
-        return mx.array(tensor.float().numpy()).astype(mx.bfloat16)
-    return mx.array(tensor.numpy())
-
-
-def _to_torch(array: mx.array) -> torch.Tensor:
-    if array.dtype == mx.bfloat16:
-        return torch.from_numpy(np.array(array.astype(mx.float32))).bfloat16()
-    return torch.from_numpy(np.array(array))
-
-
-class _NamedData:
-    def __init__(self, store: NamedDataStore):
-        output = store.get_named_data_store_output()
-        self._data = {key: output.buffers[entry.buffer_index] for key, entry in output.pte_data.items()}
-
-    def get(self, key):
-        return self._data[key]
-
-
+# ---------------------------------------------------------------- whole ATen operators
 def lowered_directly(module_or_fn, inputs, nodes=()):
-    """Lowers the ATen graph of ``torch.export`` (no edge decompositions) and runs it
-    with the MLX delegate; checks parity and returns the IR node types."""
+    """Exports with every ATen operator of the graph kept whole (``preserve_ops``), so
+    the rules that ExecuTorch's edge pipeline never reaches today are checked against
+    eager, on every runtime, like the rest; returns the IR node types."""
+    from executorch.exir import EdgeCompileConfig, to_edge
+
+    from etmlx.partitioner import MlxPartitioner
+
     module = _module(module_or_fn).eval()
     program = torch.export.export(module, tuple(inputs))
     program.graph_module.graph.eliminate_dead_code()  # e.g. the unused indices of a max pool
-    store = NamedDataStore()
-    graph = lower_program(program, store)
-    delegate = MlxDelegate(serialize(graph), _NamedData(store), ProgramState())
-    outputs = [_to_torch(o) for o in delegate.run([_to_mx(t) for t in inputs])]
+    operators = [n.target for n in program.graph.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
+    edge = to_edge(program, compile_config=EdgeCompileConfig(_check_ir_validity=False, preserve_ops=operators))
+    partitioner = MlxPartitioner()
+    pte = edge.to_backend(partitioner).to_executorch().buffer
+    lowered = Lowered(inspect_program(pte), partitioner.report, pte)
+    assert lowered.kernels == [], f"left outside MLX: {lowered.kernels}\n{lowered.report.to_text()}"
     with torch.no_grad():
         expected = module(*inputs)
-    assert_close(outputs if isinstance(expected, (tuple, list)) else outputs[0], expected)
-    types = [node_type(n) for n in graph.nodes]
+    outputs = lowered.program.forward(*inputs)
+    assert_close(outputs, expected)
     for node in nodes:
-        assert node in types, f"{node} not in {types}"
-    DELEGATED.update(
-        n.target.name() for n in program.graph.nodes if n.op == "call_function" and hasattr(n.target, "name")
-    )
-    return types
+        assert node in lowered.nodes, f"{node} not in {lowered.nodes}"
+    DELEGATED.update(str(op.name()) for op in operators)
+    return lowered.nodes
 
 
 def untested_rules(family: str) -> set:

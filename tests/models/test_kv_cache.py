@@ -1,6 +1,7 @@
 """Generation with a KV cache held inside the MLX delegate, shared by prefill and decode."""
 
 import pytest
+import runtimes
 import torch
 
 import etmlx
@@ -33,18 +34,18 @@ def test_both_methods_whole_on_mlx_with_the_cache_inside(exported):
 
 def test_greedy_tokens_equal_eager(exported):
     model, path, _ = exported
-    tokens = llm.greedy(etmlx.load(path), PROMPT, 32)
+    tokens = llm.greedy(runtimes.load(path), PROMPT, 32)
     assert tokens == llm.eager_greedy(model, PROMPT, 32)
 
 
 def test_two_loads_keep_separate_caches(exported):
     _, path, _ = exported
-    first, second = etmlx.load(path), etmlx.load(path)
+    first, second = runtimes.load(path), runtimes.load(path)
     fresh = second.prefill(torch.tensor([PROMPT]), torch.arange(len(PROMPT)))
     # Fill the first program's cache with another prompt, then decode on the second:
     first.prefill(torch.tensor([[1, 2, 3, 4]]), torch.arange(4))
     after_other = second.decode(torch.tensor([[7]]), torch.tensor([len(PROMPT)]))
-    reference = etmlx.load(path)
+    reference = runtimes.load(path)
     reference.prefill(torch.tensor([PROMPT]), torch.arange(len(PROMPT)))
     expected = reference.decode(torch.tensor([[7]]), torch.tensor([len(PROMPT)]))
     torch.testing.assert_close(after_other, expected)
@@ -54,10 +55,10 @@ def test_two_loads_keep_separate_caches(exported):
 def test_decode_reads_what_prefill_wrote(exported):
     """Decoding after a prefill differs from decoding on an empty cache."""
     _, path, _ = exported
-    with_history = etmlx.load(path)
+    with_history = runtimes.load(path)
     with_history.prefill(torch.tensor([PROMPT]), torch.arange(len(PROMPT)))
     step = (torch.tensor([[7]]), torch.tensor([len(PROMPT)]))
-    assert not torch.allclose(with_history.decode(*step), etmlx.load(path).decode(*step))
+    assert not torch.allclose(with_history.decode(*step), runtimes.load(path).decode(*step))
 
 
 def test_generation_runs_without_torch(exported):

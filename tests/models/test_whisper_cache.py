@@ -1,6 +1,7 @@
 """Whisper decoding with the self-attention cache inside the MLX delegate."""
 
 import pytest
+import runtimes
 import torch
 
 import etmlx
@@ -33,7 +34,7 @@ def test_whole_on_mlx(exported):
 
 def test_each_step_matches_the_hugging_face_model(exported):
     model, states, path, _ = exported
-    program = etmlx.load(path)
+    program = runtimes.load(path)
     tokens = list(PROMPT)
     logits = program.prefill(torch.tensor([tokens]), states, torch.arange(len(tokens)))
     for _ in range(6):
@@ -46,4 +47,4 @@ def test_each_step_matches_the_hugging_face_model(exported):
 
 def test_greedy_tokens_equal_eager(exported):
     model, states, path, _ = exported
-    assert whisper.greedy(etmlx.load(path), PROMPT, states, 8) == whisper.eager_greedy(model, PROMPT, states, 8)
+    assert whisper.greedy(runtimes.load(path), PROMPT, states, 8) == whisper.eager_greedy(model, PROMPT, states, 8)

@@ -1,0 +1,106 @@
+"""Damaged and inconsistent programs end in one clear error on every runtime — at
+load, naming the delegate's method and the problem — never in a crash."""
+
+import struct
+import zlib
+
+import pytest
+import runtimes
+import torch
+
+import etmlx
+from etmlx.runtime_shim.errors import PteFormatError
+from etmlx.serializer.generated.etmlx_ir import Graph
+from lowering_harness import lower
+
+HEADER = struct.Struct("<4sIQII")
+
+
+@pytest.fixture(scope="module")
+def pte() -> bytes:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Softmax(dim=-1))
+    return lower(model, (torch.randn(2, 8),)).pte
+
+
+def _payload_at(data: bytes) -> int:
+    return data.index(b"EMLX")
+
+
+def _patched(pte: bytes, patch) -> bytes:
+    """The .pte with its payload's flatbuffer edited in place by ``patch(body, graph)``
+    and the checksum made valid again, so the structural checks must catch it."""
+    data = bytearray(pte)
+    start = _payload_at(data)
+    _, version, size, _, _ = HEADER.unpack_from(data, start)
+    body_start = start + HEADER.size
+    body = bytearray(data[body_start : body_start + size])
+    patch(body, Graph.Graph.GetRootAs(body, 0))
+    data[body_start : body_start + size] = body
+    HEADER.pack_into(data, start, b"EMLX", version, size, zlib.crc32(body), 0)
+    return bytes(data)
+
+
+def _field_position(table, vtable_offset: int) -> int:
+    offset = table._tab.Offset(vtable_offset)
+    assert offset, "field absent"
+    return table._tab.Pos + offset
+
+
+def _first_node_out(body, graph):
+    """The ``out`` slot of node 0 (Addmm: c, a, b, alpha, beta, out -> vtable slot 5)."""
+    from etmlx.serializer.generated.etmlx_ir import Addmm
+
+    node = graph.Nodes(0)
+    table = Addmm.Addmm()
+    union = node.Op()
+    table.Init(union.Bytes, union.Pos)
+    return _field_position(table, 4 + 2 * 5)
+
+
+def _load_everywhere(data: bytes, match: str) -> None:
+    for runtime in runtimes.RUNTIMES:
+        with pytest.raises(PteFormatError, match=match):
+            etmlx.load(data, runtime=runtime)
+
+
+def test_flipped_bits_in_a_payload(pte):
+    start = _payload_at(pte)
+    _, _, size, _, _ = HEADER.unpack_from(pte, start)
+    for position in range(start + HEADER.size, start + HEADER.size + size, 11):
+        data = bytearray(pte)
+        data[position] ^= 0x10
+        _load_everywhere(bytes(data), "method 'forward'.*payload corrupted: checksum mismatch")
+
+
+def test_newer_payload_version(pte):
+    data = bytearray(pte)
+    struct.pack_into("<I", data, _payload_at(data) + 4, 99)
+    _load_everywhere(bytes(data), "payload format version 99 is newer")
+
+
+def test_unknown_node_type(pte):
+    def patch(body, graph):
+        body[_field_position(graph.Nodes(0), 4)] = 250  # Node.op_type
+
+    _load_everywhere(_patched(pte, patch), "node 0.*unknown node type 250")
+
+
+def test_slot_out_of_range(pte):
+    def patch(body, graph):
+        struct.pack_into("<I", body, _first_node_out(body, graph), 1_000_000)
+
+    _load_everywhere(_patched(pte, patch), "tensor slot 1000000 out of range")
+
+
+def test_slot_written_twice(pte):
+    def patch(body, graph):
+        struct.pack_into("<I", body, _first_node_out(body, graph), graph.Inputs(0).Slot())
+
+    _load_everywhere(_patched(pte, patch), "written twice")
+
+
+@pytest.mark.parametrize("keep", [0.3, 0.6, 0.95])
+def test_truncated_file(pte, keep):
+    for runtime in runtimes.RUNTIMES:
+        with pytest.raises(PteFormatError):
+            etmlx.load(pte[: int(len(pte) * keep)], runtime=runtime)
