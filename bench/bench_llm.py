@@ -1,7 +1,8 @@
-"""Tiny Llama generation three ways, in one run: the .pte through etmlx (prefill and
-decode methods, KV cache inside the MLX delegate), eager PyTorch (transformers' static
-cache), and mlx-lm's llama built from its ModelArgs with the same weights. fp32.
-Then the resident memory of a loaded program against the size of its weights.
+"""Tiny Llama generation four ways, in one run: the .pte through etmlx's Python runtime
+and through ExecuTorch's C++ runtime with the native backend (prefill and decode
+methods, KV cache inside the MLX delegate), eager PyTorch (transformers' static cache),
+and mlx-lm's llama built from its ModelArgs with the same weights. fp32. Then the
+resident memory of a loaded program against the size of its weights, per runtime.
 
     python bench/bench_llm.py [--hidden 64 --layers 2 --prompt 16 --new-tokens 32]
 """
@@ -58,15 +59,19 @@ def time_generation(prefill, decode, prompt, new_tokens):
     return best
 
 
-def etmlx_runner(path):
-    program = etmlx.load(path)
+def etmlx_runner(path, runtime="python"):
+    """mx in and out for the Python runtime (its fastest path), torch for ExecuTorch's."""
+    program = etmlx.load(path, runtime=runtime)
+    if runtime == "python":
+        array, arange = (lambda v: mx.array(v, dtype=mx.int64)), (lambda n: mx.arange(n, dtype=mx.int64))
+    else:
+        array, arange = torch.tensor, torch.arange
 
     def prefill(prompt):
-        tokens, positions = mx.array([prompt], dtype=mx.int64), mx.arange(len(prompt), dtype=mx.int64)
-        return int(program.prefill(tokens, positions)[0, -1].argmax())
+        return int(program.prefill(array([prompt]), arange(len(prompt)))[0, -1].argmax())
 
     def decode(token, position):
-        return int(program.decode(mx.array([[token]], dtype=mx.int64), mx.array([position], dtype=mx.int64))[0, -1].argmax())
+        return int(program.decode(array([[token]]), array([position]))[0, -1].argmax())
 
     return prefill, decode
 
@@ -103,14 +108,16 @@ def mlx_lm_runner(model):
     return prefill, decode
 
 
-def resident_memory(path: str) -> str:
-    """RSS growth from etmlx.load and a first call, measured in a fresh process."""
+def resident_memory(path: str, runtime: str) -> str:
+    """RSS growth from etmlx.load and a first call, measured in a fresh process (with
+    the runtime's own imports done before the baseline)."""
     code = f"""
-import etmlx, mlx.core as mx
+import etmlx, numpy as np
+{"import etmlx.native, executorch.runtime, torch" if runtime == "executorch" else ""}
 def rss():
     return int([l for l in open('/proc/self/status') if l.startswith('VmRSS')][0].split()[1]) * 1024
-base = rss(); program = etmlx.load({path!r}); loaded = rss()
-program.decode(mx.array([[1]], dtype=mx.int64), mx.array([0], dtype=mx.int64)); called = rss()
+base = rss(); program = etmlx.load({path!r}, runtime={runtime!r}); loaded = rss()
+program.decode(np.array([[1]], dtype=np.int64), np.array([0], dtype=np.int64)); called = rss()
 print(loaded - base, called - base)
 """
     if not os.path.exists("/proc/self/status"):
@@ -133,22 +140,25 @@ def main() -> None:
         path = os.path.join(tmp, "llm.pte")
         result = etmlx.export_methods(llm.export_methods(model, max_prompt=max(args.prompt, 2)), path)
         runs = {
-            "etmlx .pte": time_generation(*etmlx_runner(path), prompt, args.new_tokens),
+            "etmlx python": time_generation(*etmlx_runner(path), prompt, args.new_tokens),
+            "etmlx native": time_generation(*etmlx_runner(path, "executorch"), prompt, args.new_tokens),
             "eager PyTorch": time_generation(*eager_runner(model), prompt, args.new_tokens),
             "mlx-lm llama": time_generation(*mlx_lm_runner(model), prompt, args.new_tokens),
         }
         weights = sum(p.numel() * p.element_size() for p in model.parameters())
-        memory = resident_memory(path)
+        memory = {runtime: resident_memory(path, runtime) for runtime in etmlx.RUNTIMES}
     print(f"Llama hidden {args.hidden}, {args.layers} layers, prompt {args.prompt}, {args.new_tokens} new tokens, "
           f"fp32; BLAS: {preload_openblas()}; {result.report.summary()}")
     same = len({tuple(tokens) for _, _, tokens in runs.values()}) == 1
-    print(f"greedy tokens identical across the three: {same}")
+    print(f"greedy tokens identical across all four: {same}")
     base_prefill, base_decode, _ = runs["mlx-lm llama"]
     print(f"{'':<16}{'prefill tok/s':>15}{'decode tok/s':>14}{'prefill vs mlx-lm':>19}{'decode vs mlx-lm':>18}")
     for name, (prefill, decode, _) in runs.items():
         print(f"{name:<16}{args.prompt / prefill:>15.0f}{1 / decode:>14.0f}"
               f"{base_prefill / prefill:>18.2f}x{base_decode / decode:>17.2f}x")
-    print(f"weights {weights / 2**20:.2f} MiB, .pte {result.size_bytes / 2**20:.2f} MiB; resident memory: {memory}")
+    print(f"weights {weights / 2**20:.2f} MiB, .pte {result.size_bytes / 2**20:.2f} MiB; resident memory:")
+    for runtime, text in memory.items():
+        print(f"  {runtime:<12} {text}")
 
 
 if __name__ == "__main__":

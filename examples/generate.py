@@ -2,7 +2,7 @@
 .pte with ``prefill`` and ``decode`` methods, compared token for token with eager
 PyTorch's greedy generation of the same model.
 
-    python examples/generate.py [--new-tokens 32]
+    python examples/generate.py [--new-tokens 32] [--runtime executorch]
 """
 
 import argparse
@@ -24,6 +24,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--output", default=os.path.join("out", "tiny_llama.pte"))
+    parser.add_argument("--runtime", choices=etmlx.RUNTIMES, default="python",
+                        help="etmlx's Python runtime, or ExecuTorch's C++ runtime with the native backend")
     args = parser.parse_args()
     os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
 
@@ -31,7 +33,7 @@ def main() -> None:
     result = etmlx.export_methods(llm.export_methods(model), args.output)
     print(f"wrote {result.path} ({result.size_bytes} bytes); {result.report.summary()}")
 
-    program = etmlx.load(args.output)
+    program = etmlx.load(args.output, runtime=args.runtime)
     start = time.perf_counter()
     tokens = llm.greedy(program, PROMPT, args.new_tokens)
     seconds = time.perf_counter() - start
@@ -39,7 +41,7 @@ def main() -> None:
     with torch.no_grad():
         eager = llm.eager_greedy(model, PROMPT, args.new_tokens)
     print(f"prompt:  {PROMPT}")
-    print(f"etmlx:   {tokens[len(PROMPT):]}")
+    print(f"etmlx:   {tokens[len(PROMPT):]} ({args.runtime} runtime)")
     print(f"eager:   {eager[len(PROMPT):]}")
     print(f"{args.new_tokens} tokens in {seconds * 1e3:.1f} ms ({args.new_tokens / seconds:.0f} tokens/s, prefill included)")
     if tokens != eager:
