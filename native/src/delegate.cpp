@@ -12,6 +12,7 @@
 
 #include "dtypes.h"
 #include "errors.h"
+#include "tensor_io.h"
 
 namespace etmlx::native {
 
@@ -72,13 +73,7 @@ mx::array load_named(const etmlx_ir::NamedTensor& tensor, const NamedDataMap* na
   }
   auto* bytes = const_cast<void*>(data.get());
   if (expected == 0 || reinterpret_cast<uintptr_t>(bytes) % dtype.size() != 0) {
-    // Misaligned (or empty): copied, so MLX never reads a misaligned element.
-    auto copy = mx::zeros(shape, dtype);
-    copy.eval();
-    if (expected > 0) {
-      std::memcpy(copy.data<uint8_t>(), bytes, expected);
-    }
-    return copy;
+    return copy_array(bytes, expected, shape, dtype);  // so MLX never reads a misaligned element
   }
   return mx::array(bytes, shape, dtype, [buffer](void*) {});
 }

@@ -41,6 +41,16 @@ std::string shape_text(const mx::Shape& shape) {
 
 }  // namespace
 
+mx::array copy_array(const void* data, size_t nbytes, mx::Shape shape, mx::Dtype dtype) {
+  if (nbytes == 0) {
+    return mx::zeros(shape, dtype);
+  }
+  auto memory = mx::allocator::malloc(nbytes);
+  auto buffer = memory.buffer();
+  std::memcpy(buffer.raw_ptr(), data, nbytes);
+  return mx::array(std::move(memory), std::move(shape), dtype);
+}
+
 mx::array read_tensor(const Tensor& tensor) {
   const auto dtype = mlx_dtype(tensor.scalar_type());
   if (!dtype) {
@@ -52,15 +62,7 @@ mx::array read_tensor(const Tensor& tensor) {
   for (int dim : order) {
     physical.push_back(static_cast<int>(tensor.size(dim)));
   }
-  auto array = [&] {
-    if (tensor.nbytes() == 0) {
-      return mx::zeros(physical, *dtype);
-    }
-    auto data = mx::allocator::malloc(tensor.nbytes());
-    auto buffer = data.buffer();
-    std::memcpy(buffer.raw_ptr(), tensor.const_data_ptr(), tensor.nbytes());
-    return mx::array(std::move(data), physical, *dtype);
-  }();
+  auto array = copy_array(tensor.const_data_ptr(), tensor.nbytes(), physical, *dtype);
   if (is_identity(order)) {
     return array;
   }

@@ -9,6 +9,9 @@ namespace etmlx::native {
 namespace mx = mlx::core;
 using Tensor = executorch::aten::Tensor;
 
+// A new MLX array holding a copy of `nbytes` at `data`, laid out as `shape`.
+mx::array copy_array(const void* data, size_t nbytes, mx::Shape shape, mx::Dtype dtype);
+
 // A copy of `tensor` as an MLX array of its logical shape. A copy, not a view:
 // the delegate keeps arrays across calls (buffer updates may be an input),
 // while ExecuTorch reuses the input's memory.

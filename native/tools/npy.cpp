@@ -1,11 +1,12 @@
 #include "npy.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <limits>
-#include <regex>
+#include <string_view>
 #include <stdexcept>
 
 namespace etmlx::npy {
@@ -19,23 +20,52 @@ constexpr size_t kMagicSize = 6;
   throw std::runtime_error(path + ": " + what);
 }
 
-std::string field(const std::string& header, const std::string& pattern, const std::string& path) {
-  std::smatch match;
-  if (!std::regex_search(header, match, std::regex(pattern))) {
-    fail(path, "header lacks " + pattern);
+// The text after `'key':` in the header dict (which numpy writes as a Python
+// literal: {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }).
+std::string_view after_key(std::string_view header, std::string_view key, const std::string& path) {
+  std::string quoted(1, '\'');  // appended piecewise: GCC 12 warns falsely on "'" + ...
+  quoted.append(key).append("':");
+  const auto at = header.find(quoted);
+  if (at == std::string_view::npos) {
+    fail(path, "header lacks '" + std::string(key) + "'");
   }
-  return match[1];
+  auto rest = header.substr(at + quoted.size());
+  return rest.substr(std::min(rest.find_first_not_of(' '), rest.size()));
 }
 
-std::vector<int64_t> parse_shape(const std::string& text, const std::string& path) {
+std::string quoted_value(std::string_view text, const std::string& path) {
+  const auto end = text.find('\'', 1);
+  if (text.empty() || text.front() != '\'' || end == std::string_view::npos) {
+    fail(path, "malformed header");
+  }
+  return std::string(text.substr(1, end - 1));
+}
+
+std::vector<int64_t> parse_shape(std::string_view text, const std::string& path) {
+  const auto end = text.find(')');
+  if (text.empty() || text.front() != '(' || end == std::string_view::npos) {
+    fail(path, "malformed shape");
+  }
   std::vector<int64_t> shape;
-  static const std::regex number("\\d+");
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), number); it != std::sregex_iterator(); ++it) {
-    const std::string digits = it->str();
-    if (digits.size() > 10) {
-      fail(path, "dimension " + digits + " is too large");
+  int64_t dim = -1;
+  for (char c : text.substr(1, end - 1)) {
+    if (c >= '0' && c <= '9') {
+      dim = (dim < 0 ? 0 : dim) * 10 + (c - '0');
+      if (dim > std::numeric_limits<int32_t>::max()) {
+        fail(path, "dimension too large");
+      }
+    } else if (c == ',') {
+      if (dim < 0) {
+        fail(path, "malformed shape");
+      }
+      shape.push_back(dim);
+      dim = -1;
+    } else if (c != ' ') {
+      fail(path, "malformed shape");
     }
-    shape.push_back(std::stoll(digits));
+  }
+  if (dim >= 0) {
+    shape.push_back(dim);
   }
   return shape;
 }
@@ -79,11 +109,11 @@ Array read(const std::string& path) {
   }
   const std::string header(bytes.begin() + header_start, bytes.begin() + header_start + header_size);
   Array array;
-  array.descr = field(header, "'descr':\\s*'([^']*)'", path);
-  if (field(header, "'fortran_order':\\s*(True|False)", path) == "True") {
+  array.descr = quoted_value(after_key(header, "descr", path), path);
+  if (after_key(header, "fortran_order", path).starts_with("True")) {
     fail(path, "Fortran-ordered arrays are not supported; save a C-ordered array");
   }
-  array.shape = parse_shape(field(header, "'shape':\\s*\\(([^)]*)\\)", path), path);
+  array.shape = parse_shape(after_key(header, "shape", path), path);
   const size_t size = item_size(array.descr);
   if (size == 0) {
     fail(path, "unsupported dtype '" + array.descr + "'");
