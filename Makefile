@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install native demo test bench clean
+.PHONY: install native demo test test-sanitize bench clean
 
 $(INSTALLED): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,15 @@ demo: native
 
 test: native
 	$(PY) -m pytest -q
+
+# The native tests again, with the backend built under AddressSanitizer and UBSan
+# (loaded into Python with the sanitizer runtime preloaded).
+SANITIZER_PRELOAD = $(shell gcc -print-file-name=libasan.so) $(shell gcc -print-file-name=libstdc++.so)
+test-sanitize: $(INSTALLED)
+	$(PY) native/build.py --build-dir build/native-asan --sanitize
+	ETMLX_NATIVE_LIBRARY=build/native-asan/libetmlx_backend.so LD_PRELOAD="$(SANITIZER_PRELOAD)" \
+	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	$(PY) -m pytest -q tests/native tests/lowering/test_indexing.py tests/models/test_kv_cache.py
 
 $(VENV)/.bench-installed: $(INSTALLED)
 	$(PY) -m pip install --quiet -e '.[test,bench]'

@@ -113,7 +113,7 @@ def resident_memory(path: str, runtime: str) -> str:
     the runtime's own imports done before the baseline)."""
     code = f"""
 import etmlx, numpy as np
-{"import etmlx.native, executorch.runtime, torch" if runtime == "executorch" else ""}
+{"import etmlx.native, torch; from executorch.runtime import Runtime; Runtime.get()" if runtime == "executorch" else ""}
 def rss():
     return int([l for l in open('/proc/self/status') if l.startswith('VmRSS')][0].split()[1]) * 1024
 base = rss(); program = etmlx.load({path!r}, runtime={runtime!r}); loaded = rss()

@@ -94,11 +94,12 @@ def bench(name, module, inputs, by_hand, tmp):
 
 
 def resident_memory(path: str, runtime: str, inputs) -> tuple:
-    """RSS growth (bytes) from loading and from a first call, in a fresh process."""
+    """RSS growth (bytes) from loading and from a first call, in a fresh process whose
+    baseline already holds the runtime's libraries."""
     np.save(path + ".x.npy", inputs[0].numpy())
     code = f"""
 import etmlx, numpy as np
-{"import etmlx.native, torch" if runtime == "executorch" else ""}
+{"import etmlx.native, torch; from executorch.runtime import Runtime; Runtime.get()" if runtime == "executorch" else ""}
 def rss():
     return int([l for l in open('/proc/self/status') if l.startswith('VmRSS')][0].split()[1]) * 1024
 x = np.load({path + ".x.npy"!r})

@@ -26,6 +26,8 @@ def main(argv=None) -> int:
     run.add_argument("--inputs", help=".npz whose arrays, in order (arr_0, arr_1, ...), are the inputs")
     run.add_argument("--iterations", type=int, default=10, help="timed calls after one warm-up call")
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--runtime", choices=("python", "executorch"), default="python",
+                     help="etmlx's Python runtime, or ExecuTorch's C++ runtime with etmlx's native backend")
     run.set_defaults(handler=_run)
 
     inspect = commands.add_parser("inspect", help="show methods, MLX nodes, constants and outside kernels")
@@ -108,7 +110,7 @@ def _run(args) -> int:
     from .runtime_shim.blas import preload_openblas
     from .timing import call_times
 
-    program = load(args.pte)
+    program = load(args.pte, runtime=args.runtime)
     if args.inputs:
         with np.load(args.inputs) as archive:
             inputs = [archive[f"arr_{i}"] for i in range(len(archive.files))]

@@ -34,10 +34,11 @@ def test_inspect_json(mlp_pte):
     assert report["methods"]["forward"]["kernels"] == []
 
 
-def test_run_with_inputs_file(mlp_pte, tmp_path):
+@pytest.mark.parametrize("runtime", ["python", "executorch"])
+def test_run_with_inputs_file(mlp_pte, tmp_path, runtime):
     inputs = tmp_path / "in.npz"
     np.savez(inputs, np.zeros((4, 64), np.float32))
-    result = etmlx("run", str(mlp_pte), "--inputs", str(inputs), "--iterations", "2")
+    result = etmlx("run", str(mlp_pte), "--inputs", str(inputs), "--iterations", "2", "--runtime", runtime)
     assert result.returncode == 0, result.stderr
     assert "output 0: float32 (4, 10)" in result.stdout and "time per call" in result.stdout
     assert "BLAS:" in result.stdout
@@ -58,9 +59,10 @@ def test_bad_input_is_one_clear_line(args, message):
     assert line.startswith(f"etmlx {args[0]}: error:") and message in line
 
 
-def test_wrong_input_shape(mlp_pte, tmp_path):
+@pytest.mark.parametrize("runtime", ["python", "executorch"])
+def test_wrong_input_shape(mlp_pte, tmp_path, runtime):
     inputs = tmp_path / "bad.npz"
     np.savez(inputs, np.zeros((4, 63), np.float32))
-    result = etmlx("run", str(mlp_pte), "--inputs", str(inputs))
+    result = etmlx("run", str(mlp_pte), "--inputs", str(inputs), "--runtime", runtime)
     assert result.returncode == 1
     assert "input 0 has shape (4, 63), expected (4, 64)" in result.stderr
