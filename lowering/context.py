@@ -78,6 +78,10 @@ class LoweringContext:
     def is_constant(self, node) -> bool:
         return isinstance(node, fx.Node) and node in self.constant_values
 
+    def is_buffer(self, node) -> bool:
+        """A mutable buffer the delegate owns (``add_buffer``)."""
+        return node in self._buffers
+
     # ------------------------------------------------------------ graph parts
     def emit(self, table, **fields) -> TidT:
         """Appends a node of ``table`` (a generated module, e.g. ``Binary``) and returns the

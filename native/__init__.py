@@ -48,6 +48,7 @@ def _load() -> ctypes.CDLL:
     except OSError as error:
         raise NativeBackendError(f"cannot load etmlx's native backend {path}: {error}") from error
     library.etmlx_native_last_error.restype = ctypes.c_char_p
+    library.etmlx_native_last_error_detail.restype = ctypes.c_char_p
     library.etmlx_native_operations.restype = ctypes.c_char_p
     library.etmlx_native_clear_last_error.restype = None
     if not library.etmlx_native_registered():
@@ -61,9 +62,19 @@ def _load() -> ctypes.CDLL:
 _LIBRARY = _load()
 
 
+# etmlx::native::ErrorKind (native/src/errors.h)
+INDEX_RANGE_ERROR = 4
+
+
 def last_error() -> str:
-    """The reason behind the last error the backend returned on this thread ('' if none)."""
+    """The logged reason behind the last error the backend returned on this thread
+    (backend, method, what went wrong; '' if none)."""
     return _LIBRARY.etmlx_native_last_error().decode("utf-8", "replace")
+
+
+def last_error_detail() -> tuple:
+    """(kind, what went wrong) of the last error on this thread; kind 0 if none."""
+    return _LIBRARY.etmlx_native_last_error_kind(), _LIBRARY.etmlx_native_last_error_detail().decode("utf-8", "replace")
 
 
 def clear_last_error() -> None:
@@ -88,4 +99,13 @@ def load(path_or_bytes):
     return ExecutorchProgram(path_or_bytes)
 
 
-__all__ = ["NativeBackendError", "clear_last_error", "format_version", "last_error", "library_path", "load", "operations"]
+__all__ = [
+    "NativeBackendError",
+    "clear_last_error",
+    "format_version",
+    "last_error",
+    "last_error_detail",
+    "library_path",
+    "load",
+    "operations",
+]

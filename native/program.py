@@ -10,11 +10,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from etmlx.runtime_shim import method_io
-from etmlx.runtime_shim.errors import ExecutionError, PteFormatError
+from etmlx.runtime_shim.errors import ExecutionError, IndexRangeError, PteFormatError
 from etmlx.runtime_shim.program import MethodCalls
 from etmlx.runtime_shim.pte_file import read_pte
 
-from . import clear_last_error, last_error
+from . import INDEX_RANGE_ERROR, clear_last_error, last_error, last_error_detail
 
 
 class ExecutorchProgram(MethodCalls):
@@ -55,6 +55,9 @@ class ExecutorchProgram(MethodCalls):
             try:
                 outputs = method.execute(args)
             except RuntimeError as error:
+                kind, detail = last_error_detail()
+                if kind == INDEX_RANGE_ERROR:
+                    raise IndexRangeError(f"{name}: {detail}") from None
                 raise ExecutionError(f"method {name!r}: {last_error() or error}") from error
         return [method_io.convert_torch_output(o, kind) for o in outputs]
 
@@ -84,5 +87,9 @@ def _torch_input(value, spec):
         return value
     import torch
 
-    tensor = torch.from_numpy(value if value.flags.c_contiguous else value.copy())  # 0-d stays 0-d
+    if value.size == 0:
+        # numpy gives empty arrays zero strides, which ExecuTorch's bindings abort on
+        tensor = torch.empty(value.shape, dtype=torch.from_numpy(value).dtype)
+    else:
+        tensor = torch.from_numpy(value if value.flags.c_contiguous else value.copy())  # 0-d stays 0-d
     return tensor.view(torch.bfloat16) if spec.dtype is method_io.BFLOAT16 else tensor

@@ -21,5 +21,10 @@ class ExecutionError(RuntimeError):
     """An instruction of an execution plan failed while running."""
 
 
+class IndexRangeError(IndexError):
+    """A run-time index (a token id, a cache position, ...) is out of range for the axis
+    it indexes, as PyTorch would report with IndexError. The call changed no state."""
+
+
 class OperatorError(RuntimeError):
     """A KernelCall names an operator this runtime cannot run."""

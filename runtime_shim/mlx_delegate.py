@@ -6,6 +6,7 @@ The interpreter is a pure function of (inputs, buffer values), so it runs under
 node (tiny Llama decode, hidden 512: 174 -> 213 tokens/s). ``ETMLX_COMPILE=0`` turns
 it off."""
 
+import math
 import os
 
 import mlx.core as mx
@@ -17,11 +18,14 @@ from etmlx.serializer.ir import OP_NAMES, TidT, read_operands
 
 from .backends import register_backend
 from .errors import ExecutionError
+from .limits import MAX_ARRAY_BYTES
 from .mlx_ops import HANDLERS
+from .mlx_ops.indexing import index_error
 from .mlx_ops.env import MX_DTYPES, NUMPY_STORAGE, Env
 from .state import ProgramState
 
 BACKEND_ID = "EtMlxBackend"
+_CHECK_INDEX = HANDLERS["CheckIndex"]
 
 
 class MlxDelegate:
@@ -39,6 +43,8 @@ class MlxDelegate:
         }
         self._steps = _hoist_constant_nodes([_step(node) for node in graph.nodes or []], constants)
         self._constants = list(constants.items())
+        # What each CheckIndex step checks, in the order the steps run.
+        self._index_checks = [(op.what, op.wraps) for handler, op, _, _ in self._steps if handler is _CHECK_INDEX]
         self._state = state
         for buffer in graph.buffers or []:
             state.register(buffer.name, _named_array(buffer.initial, named_data))
@@ -51,16 +57,21 @@ class MlxDelegate:
         self.num_outputs = len(graph.outputs or [])
 
     def run(self, inputs: list) -> list:
-        """Runs the graph on mx arrays (and ints for size inputs); returns evaluated outputs."""
+        """Runs the graph on mx arrays (and ints for size inputs); returns evaluated outputs.
+        Raises IndexRangeError, changing no buffer, when a bounds check fails."""
         buffers = [self._state[name] for name, _ in self._buffer_slots]
-        outputs, updates = self._compute(list(inputs), buffers)
-        mx.eval([o for o in outputs if isinstance(o, mx.array)] + updates)
+        outputs, updates, checks = self._compute(list(inputs), buffers)
+        mx.eval([o for o in outputs if isinstance(o, mx.array)] + updates + checks)
+        for (what, wraps), (failed, first, size) in zip(self._index_checks, np.array(checks[0]) if checks else []):
+            if failed:
+                raise index_error(what, wraps, int(first), int(size))
         for (name, _), value in zip(self._buffer_updates, updates):
             self._state[name] = value
         return outputs
 
     def _interpret(self, inputs: list, buffers: list):
-        """The graph as a pure function: (inputs, buffer values) -> (outputs, buffer updates)."""
+        """The graph as a pure function: (inputs, buffer values) -> (outputs, buffer
+        updates, [the bounds checks' results as one (checks, 3) array] or [])."""
         graph = self._graph
         env = Env(graph.numTensorSlots, graph.numIntSlots)
         for value, arg in zip(graph.inputs, inputs):
@@ -76,9 +87,10 @@ class MlxDelegate:
             if is_int:
                 env.ints[out] = handler(op, env)
             else:
-                env.tensors[out] = handler(op, env)
+                env.tensors[out] = _within_limit(handler(op, env), op)
         outputs = [env.ints[v.slot] if v.kind == ValueKind.Int else env.tensors[v.slot] for v in graph.outputs]
-        return outputs, [env.tensors[slot] for _, slot in self._buffer_updates]
+        checks = [mx.stack(env.checks)] if env.checks else []
+        return outputs, [env.tensors[slot] for _, slot in self._buffer_updates], checks
 
     def execute(self, args: list) -> None:
         """ExecuTorch's calling convention: inputs, then outputs to write in place."""
@@ -89,6 +101,18 @@ class MlxDelegate:
             raise ExecutionError(f"MLX delegate failed: {error}") from error
         for target, value in zip(args[self.num_inputs :], outputs):
             target.set_mx(value)
+
+
+def _within_limit(array: mx.array, op) -> mx.array:
+    """``array``, unless it is larger than ``limits.MAX_ARRAY_BYTES`` (checked on its
+    shape, before MLX allocates it)."""
+    nbytes = math.prod(array.shape) * array.itemsize
+    if nbytes > MAX_ARRAY_BYTES:
+        raise ExecutionError(
+            f"a {type(op).__name__[:-1]} node makes an array of shape {tuple(array.shape)} ({nbytes} bytes), past "
+            f"the limit of {MAX_ARRAY_BYTES} (ETMLX_MAX_ARRAY_BYTES)"
+        )
+    return array
 
 
 def _compilable(graph) -> bool:
@@ -108,7 +132,8 @@ def _hoist_constant_nodes(steps: list, constants: dict) -> list:
     for step in steps:
         handler, op, out, is_int = step
         reads = list(read_operands(op))
-        if is_int or not all(isinstance(ref, TidT) and ref.idx in constants for _, ref in reads):
+        checks = handler is _CHECK_INDEX  # its verdict is needed per call
+        if is_int or checks or not all(isinstance(ref, TidT) and ref.idx in constants for _, ref in reads):
             remaining.append(step)
             continue
         constants[out] = handler(op, env)

@@ -2,7 +2,7 @@
 
 from . import pte_types as t
 from .backends import DelegateHandle
-from .errors import ExecutionError, OperatorError
+from .errors import ExecutionError, IndexRangeError, OperatorError
 from .prim_ops import KERNELS, int_list
 from .pte_file import PteFile
 from .tensor_value import TensorValue
@@ -90,6 +90,8 @@ class MethodRunner:
         while pc < end:
             try:
                 jump = steps[pc]()
+            except IndexRangeError:
+                raise  # the method's caller names the method; this is PyTorch's IndexError
             except Exception as e:
                 raise ExecutionError(f"method {self.plan.name!r}, instruction {pc} ({self._describe(pc)}): {e}") from e
             pc = pc + 1 if jump is None else jump

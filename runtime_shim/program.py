@@ -7,7 +7,7 @@ from . import method_io
 from .backends import create_handle
 from .plan import MethodRunner
 from .direct import direct_runner
-from .errors import PteFormatError
+from .errors import IndexRangeError, PteFormatError
 from .pte_file import PteFile, read_pte
 from .state import ProgramState
 from .tensor_value import TensorValue
@@ -75,15 +75,18 @@ class LoadedProgram(MethodCalls):
         with self._lock:
             arrays = method_io.check_inputs(name, [values[i] for i in plan.inputs], inputs)
             kind = method_io.output_kind(inputs)
-            direct = self._direct[name]
-            if direct is not None:
-                return direct(arrays, kind)
-            for index, array in zip(plan.inputs, arrays):
-                if isinstance(values[index], TensorValue):
-                    values[index].set(array)
-                else:
-                    values[index] = array
-            runner.execute()
+            try:
+                direct = self._direct[name]
+                if direct is not None:
+                    return direct(arrays, kind)
+                for index, array in zip(plan.inputs, arrays):
+                    if isinstance(values[index], TensorValue):
+                        values[index].set(array)
+                    else:
+                        values[index] = array
+                runner.execute()
+            except IndexRangeError as error:
+                raise IndexRangeError(f"{name}: {error}") from None
             return [method_io.convert_output(values[i], kind) for i in plan.outputs]
 
 

@@ -23,7 +23,8 @@ from .generated.etmlx_ir import Graph as graph_module
 from .validate import validate
 
 MAGIC = b"EMLX"
-FORMAT_VERSION = 1
+# 1: the first format. 2: CheckIndex (bounds-checked run-time indices).
+FORMAT_VERSION = 2
 _HEADER = struct.Struct("<4sIQII")
 HEADER_SIZE = _HEADER.size
 

@@ -1,21 +1,82 @@
-"""Gathers and scatters by index arrays (``gather``, ``x[i, j]``, ``x[i] = v``), and
-``copy``, which writes a whole tensor (a buffer update, say).
+"""Gathers and scatters by index arrays (``embedding``, ``gather``, ``x[i, j]``,
+``x[i] = v``), and ``copy``, which writes a whole tensor (a buffer update, say).
 
-Indices are used as they are: like PyTorch, MLX wraps negative indices; unlike
-PyTorch, it does not raise on an out-of-range index (see README, Limitations).
+Indices known only at run time go through a ``CheckIndex`` node first: MLX reads
+whatever memory an index points at, while PyTorch raises ``IndexError``. The check
+keeps PyTorch's meaning of negative indices per operator (``x[i]`` and ``index_put``
+count them from the end; ``embedding``, ``index_select`` and ``gather`` reject them)
+and costs nothing where the indices are provably in range.
 """
 
 import torch
+from torch import fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from etmlx.serializer.generated.etmlx_ir import AsType, BroadcastTo, Index, IndexPut, Slice, TakeAlongAxis
+from etmlx.serializer.generated.etmlx_ir import AsType, BroadcastTo, CheckIndex, Index, IndexPut, Slice, TakeAlongAxis
 from etmlx.serializer.ir import int_or_slot
 
 from ..dtypes import ir_dtype
-from ..registry import lowers
-from .common import normalize_axis, rank_of, shape_of
+from ..registry import lowers, op_name
+from .common import dim_size, normalize_axis, rank_of, shape_of
 
 _INTEGER_INDEX = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+# Operators that pass indices through unchanged, so an index's origin is their input's.
+_PASS_THROUGH = ("aten::_to_copy", "dim_order_ops::_to_dim_order_copy", "aten::clone", "dim_order_ops::_clone_dim_order")
+
+
+def checked_index(ctx, index: fx.Node, x: fx.Node, axis: int, wraps: bool):
+    """The slot of ``index`` (indices into ``axis`` of ``x``), through a ``CheckIndex``
+    unless the indices are provably in range."""
+    size = shape_of(x)[axis]
+    if _provably_in_range(ctx, index, size, wraps):
+        return ctx.tensor(index)
+    return ctx.emit(
+        CheckIndex, indices=ctx.tensor(index), size=dim_size(ctx, x, axis), wraps=wraps, what=_origin(ctx, index)
+    )
+
+
+def _provably_in_range(ctx, index: fx.Node, size, wraps: bool) -> bool:
+    if not isinstance(size, int):
+        return False
+    low = -size if wraps else 0
+    if ctx.is_constant(index):
+        values = ctx.constant_values[index]
+        return values.numel() == 0 or bool(((values >= low) & (values < size)).all())
+    if index.op == "call_function" and op_name(index.target) == "aten::arange.start_step":
+        start, end, step = (list(index.args) + [1])[:3]
+        if all(isinstance(v, int) for v in (start, end, step)) and step > 0:
+            return end <= start or (start >= low and end - 1 < size)
+    return False
+
+
+def _origin(ctx, index: fx.Node) -> str:
+    """Where the indices come from, for the IndexError: the delegate's input they are
+    (a method input when the method is one delegate), or the inputs they are computed
+    from (a KV cache's write positions from ``cache_position``, say)."""
+    while index.op == "call_function" and op_name(index.target) in _PASS_THROUGH:
+        index = index.args[0]
+    if index.op == "placeholder":
+        return f"input '{index.name}'"
+    inputs = sorted(
+        node.name
+        for node in _ancestors(index)
+        if node.op == "placeholder" and not ctx.is_constant(node) and not ctx.is_buffer(node)
+    )
+    if not inputs:
+        return f"the index computed by {index.name}"
+    return f"an index computed from input{'s' if len(inputs) > 1 else ''} " + ", ".join(f"'{n}'" for n in inputs)
+
+
+def _ancestors(node: fx.Node) -> set:
+    seen, pending = set(), [node]
+    while pending:
+        for parent in pending.pop().all_input_nodes:
+            if parent not in seen:
+                seen.add(parent)
+                pending.append(parent)
+    return seen
 
 
 def _check_gather(node):
@@ -37,7 +98,8 @@ def _lower_gather(ctx, node):
     for d, (size, bound) in enumerate(zip(shape_of(index), shape_of(x))):
         if d != axis and not statically_known_true(size == bound):
             source = ctx.emit(Slice, x=source, axis=d, start=int_or_slot(0), stop=int_or_slot(size), step=1)
-    ctx.bind(node, ctx.emit(TakeAlongAxis, x=source, indices=ctx.tensor(index), axis=axis))
+    indices = checked_index(ctx, index, x, axis, wraps=False)
+    ctx.bind(node, ctx.emit(TakeAlongAxis, x=source, indices=indices, axis=axis))
 
 
 def _check_indices(node):
@@ -47,15 +109,17 @@ def _check_indices(node):
     return None
 
 
-def _indexed(ctx, indices):
+def _indexed(ctx, x, indices):
+    """Checked slots of the index tensors, and the dims they index; negative indices
+    count from the end, as in ``x[i]``."""
     dims = [d for d, index in enumerate(indices) if index is not None]
-    return [ctx.tensor(indices[d]) for d in dims], dims
+    return [checked_index(ctx, indices[d], x, d, wraps=True) for d in dims], dims
 
 
 @lowers("aten::index.Tensor", check=_check_indices)
 def _lower_index(ctx, node):
     x, indices = node.args[:2]
-    slots, dims = _indexed(ctx, indices)
+    slots, dims = _indexed(ctx, x, indices)
     ctx.bind(node, ctx.emit(Index, x=ctx.tensor(x), indices=slots, dims=dims))
 
 
@@ -70,7 +134,7 @@ def _check_index_put(node):
 def _lower_index_put(ctx, node):
     x, indices, values = node.args[:3]
     accumulate = bool(node.args[3]) if len(node.args) > 3 else bool(node.kwargs.get("accumulate", False))
-    slots, dims = _indexed(ctx, indices)
+    slots, dims = _indexed(ctx, x, indices)
     out = ctx.emit(
         IndexPut, x=ctx.tensor(x), indices=slots, dims=dims, values=ctx.tensor(values), accumulate=accumulate
     )

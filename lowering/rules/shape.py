@@ -25,6 +25,7 @@ from etmlx.serializer.ir import int_or_slot
 from ..dtypes import ir_dtype
 from ..registry import lowers
 from .common import as_dtype, dim_size, is_static, normalize_axis, out_dtype, rank_of, shape_of
+from .indexing import checked_index
 
 INT64_MAX = 2**63 - 1
 
@@ -215,14 +216,16 @@ def _lower_repeat(ctx, node):
 @lowers("aten::embedding")
 def _lower_embedding(ctx, node):
     weight, indices = node.args[:2]
-    ctx.bind(node, ctx.emit(Take, x=ctx.tensor(weight), indices=ctx.tensor(indices), axis=0))
+    checked = checked_index(ctx, indices, weight, 0, wraps=False)  # PyTorch rejects negative ids
+    ctx.bind(node, ctx.emit(Take, x=ctx.tensor(weight), indices=checked, axis=0))
 
 
 @lowers("aten::index_select")
 def _lower_index_select(ctx, node):
     x, dim, index = node.args[:3]
     axis = normalize_axis(dim, rank_of(x))
-    ctx.bind(node, ctx.emit(Take, x=ctx.tensor(x), indices=ctx.tensor(index), axis=axis))
+    checked = checked_index(ctx, index, x, axis, wraps=False)
+    ctx.bind(node, ctx.emit(Take, x=ctx.tensor(x), indices=checked, axis=axis))
 
 
 @lowers("aten::clone", "dim_order_ops::_clone_dim_order", "aten::alias_copy", "aten::detach_copy")

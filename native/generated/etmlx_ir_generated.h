@@ -92,6 +92,9 @@ struct IndexBuilder;
 struct IndexPut;
 struct IndexPutBuilder;
 
+struct CheckIndex;
+struct CheckIndexBuilder;
+
 struct Reduce;
 struct ReduceBuilder;
 
@@ -197,6 +200,8 @@ inline const ::flatbuffers::TypeTable *TakeAlongAxisTypeTable();
 inline const ::flatbuffers::TypeTable *IndexTypeTable();
 
 inline const ::flatbuffers::TypeTable *IndexPutTypeTable();
+
+inline const ::flatbuffers::TypeTable *CheckIndexTypeTable();
 
 inline const ::flatbuffers::TypeTable *ReduceTypeTable();
 
@@ -687,11 +692,12 @@ enum class Op : uint8_t {
   Variance = 35,
   Pad = 36,
   RmsNorm = 37,
+  CheckIndex = 38,
   MIN = NONE,
-  MAX = RmsNorm
+  MAX = CheckIndex
 };
 
-inline const Op (&EnumValuesOp())[38] {
+inline const Op (&EnumValuesOp())[39] {
   static const Op values[] = {
     Op::NONE,
     Op::Unary,
@@ -730,13 +736,14 @@ inline const Op (&EnumValuesOp())[38] {
     Op::SizeScalar,
     Op::Variance,
     Op::Pad,
-    Op::RmsNorm
+    Op::RmsNorm,
+    Op::CheckIndex
   };
   return values;
 }
 
 inline const char * const *EnumNamesOp() {
-  static const char * const names[39] = {
+  static const char * const names[40] = {
     "NONE",
     "Unary",
     "Binary",
@@ -775,13 +782,14 @@ inline const char * const *EnumNamesOp() {
     "Variance",
     "Pad",
     "RmsNorm",
+    "CheckIndex",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameOp(Op e) {
-  if (::flatbuffers::IsOutRange(e, Op::NONE, Op::RmsNorm)) return "";
+  if (::flatbuffers::IsOutRange(e, Op::NONE, Op::CheckIndex)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesOp()[index];
 }
@@ -936,6 +944,10 @@ template<> struct OpTraits<etmlx_ir::Pad> {
 
 template<> struct OpTraits<etmlx_ir::RmsNorm> {
   static const Op enum_value = Op::RmsNorm;
+};
+
+template<> struct OpTraits<etmlx_ir::CheckIndex> {
+  static const Op enum_value = Op::CheckIndex;
 };
 
 template <bool B = false>
@@ -2966,6 +2978,109 @@ inline ::flatbuffers::Offset<IndexPut> CreateIndexPutDirect(
       out);
 }
 
+struct CheckIndex FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef CheckIndexBuilder Builder;
+  static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
+    return CheckIndexTypeTable();
+  }
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_INDICES = 4,
+    VT_SIZE = 6,
+    VT_WRAPS = 8,
+    VT_WHAT = 10,
+    VT_OUT = 12
+  };
+  const etmlx_ir::Tid *indices() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_INDICES);
+  }
+  const etmlx_ir::IntOrSlot *size() const {
+    return GetStruct<const etmlx_ir::IntOrSlot *>(VT_SIZE);
+  }
+  bool wraps() const {
+    return GetField<uint8_t>(VT_WRAPS, 0) != 0;
+  }
+  const ::flatbuffers::String *what() const {
+    return GetPointer<const ::flatbuffers::String *>(VT_WHAT);
+  }
+  const etmlx_ir::Tid *out() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_OUT);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_INDICES, 4) &&
+           VerifyField<etmlx_ir::IntOrSlot>(verifier, VT_SIZE, 8) &&
+           VerifyField<uint8_t>(verifier, VT_WRAPS, 1) &&
+           VerifyOffset(verifier, VT_WHAT) &&
+           verifier.VerifyString(what()) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_OUT, 4) &&
+           verifier.EndTable();
+  }
+};
+
+struct CheckIndexBuilder {
+  typedef CheckIndex Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_indices(const etmlx_ir::Tid *indices) {
+    fbb_.AddStruct(CheckIndex::VT_INDICES, indices);
+  }
+  void add_size(const etmlx_ir::IntOrSlot *size) {
+    fbb_.AddStruct(CheckIndex::VT_SIZE, size);
+  }
+  void add_wraps(bool wraps) {
+    fbb_.AddElement<uint8_t>(CheckIndex::VT_WRAPS, static_cast<uint8_t>(wraps), 0);
+  }
+  void add_what(::flatbuffers::Offset<::flatbuffers::String> what) {
+    fbb_.AddOffset(CheckIndex::VT_WHAT, what);
+  }
+  void add_out(const etmlx_ir::Tid *out) {
+    fbb_.AddStruct(CheckIndex::VT_OUT, out);
+  }
+  explicit CheckIndexBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<CheckIndex> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<CheckIndex>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<CheckIndex> CreateCheckIndex(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const etmlx_ir::Tid *indices = nullptr,
+    const etmlx_ir::IntOrSlot *size = nullptr,
+    bool wraps = false,
+    ::flatbuffers::Offset<::flatbuffers::String> what = 0,
+    const etmlx_ir::Tid *out = nullptr) {
+  CheckIndexBuilder builder_(_fbb);
+  builder_.add_out(out);
+  builder_.add_what(what);
+  builder_.add_size(size);
+  builder_.add_indices(indices);
+  builder_.add_wraps(wraps);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<CheckIndex> CreateCheckIndexDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const etmlx_ir::Tid *indices = nullptr,
+    const etmlx_ir::IntOrSlot *size = nullptr,
+    bool wraps = false,
+    const char *what = nullptr,
+    const etmlx_ir::Tid *out = nullptr) {
+  auto what__ = what ? _fbb.CreateString(what) : 0;
+  return etmlx_ir::CreateCheckIndex(
+      _fbb,
+      indices,
+      size,
+      wraps,
+      what__,
+      out);
+}
+
 struct Reduce FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef ReduceBuilder Builder;
   static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
@@ -4372,6 +4487,9 @@ struct Node FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const etmlx_ir::RmsNorm *op_as_RmsNorm() const {
     return op_type() == etmlx_ir::Op::RmsNorm ? static_cast<const etmlx_ir::RmsNorm *>(op()) : nullptr;
   }
+  const etmlx_ir::CheckIndex *op_as_CheckIndex() const {
+    return op_type() == etmlx_ir::Op::CheckIndex ? static_cast<const etmlx_ir::CheckIndex *>(op()) : nullptr;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -4528,6 +4646,10 @@ template<> inline const etmlx_ir::Pad *Node::op_as<etmlx_ir::Pad>() const {
 
 template<> inline const etmlx_ir::RmsNorm *Node::op_as<etmlx_ir::RmsNorm>() const {
   return op_as_RmsNorm();
+}
+
+template<> inline const etmlx_ir::CheckIndex *Node::op_as<etmlx_ir::CheckIndex>() const {
+  return op_as_CheckIndex();
 }
 
 struct NodeBuilder {
@@ -5095,6 +5217,10 @@ inline bool VerifyOp(::flatbuffers::VerifierTemplate<B> &verifier, const void *o
       auto ptr = reinterpret_cast<const etmlx_ir::RmsNorm *>(obj);
       return verifier.VerifyTable(ptr);
     }
+    case Op::CheckIndex: {
+      auto ptr = reinterpret_cast<const etmlx_ir::CheckIndex *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
     default: return true;
   }
 }
@@ -5411,7 +5537,8 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     { ::flatbuffers::ET_SEQUENCE, 0, 33 },
     { ::flatbuffers::ET_SEQUENCE, 0, 34 },
     { ::flatbuffers::ET_SEQUENCE, 0, 35 },
-    { ::flatbuffers::ET_SEQUENCE, 0, 36 }
+    { ::flatbuffers::ET_SEQUENCE, 0, 36 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 37 }
   };
   static const ::flatbuffers::TypeFunction type_refs[] = {
     etmlx_ir::UnaryTypeTable,
@@ -5450,7 +5577,8 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     etmlx_ir::SizeScalarTypeTable,
     etmlx_ir::VarianceTypeTable,
     etmlx_ir::PadTypeTable,
-    etmlx_ir::RmsNormTypeTable
+    etmlx_ir::RmsNormTypeTable,
+    etmlx_ir::CheckIndexTypeTable
   };
   static const char * const names[] = {
     "NONE",
@@ -5490,10 +5618,11 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     "SizeScalar",
     "Variance",
     "Pad",
-    "RmsNorm"
+    "RmsNorm",
+    "CheckIndex"
   };
   static const ::flatbuffers::TypeTable tt = {
-    ::flatbuffers::ST_UNION, 38, type_codes, type_refs, nullptr, nullptr, names
+    ::flatbuffers::ST_UNION, 39, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }
@@ -6073,6 +6202,31 @@ inline const ::flatbuffers::TypeTable *IndexPutTypeTable() {
   };
   static const ::flatbuffers::TypeTable tt = {
     ::flatbuffers::ST_TABLE, 6, type_codes, type_refs, nullptr, nullptr, names
+  };
+  return &tt;
+}
+
+inline const ::flatbuffers::TypeTable *CheckIndexTypeTable() {
+  static const ::flatbuffers::TypeCode type_codes[] = {
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 1 },
+    { ::flatbuffers::ET_BOOL, 0, -1 },
+    { ::flatbuffers::ET_STRING, 0, -1 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 }
+  };
+  static const ::flatbuffers::TypeFunction type_refs[] = {
+    etmlx_ir::TidTypeTable,
+    etmlx_ir::IntOrSlotTypeTable
+  };
+  static const char * const names[] = {
+    "indices",
+    "size",
+    "wraps",
+    "what",
+    "out"
+  };
+  static const ::flatbuffers::TypeTable tt = {
+    ::flatbuffers::ST_TABLE, 5, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }

@@ -30,10 +30,10 @@ std::mutex& mlx_mutex() {
   return mutex;
 }
 
-et::Error fail(et::Error code, const char* method, const std::string& message) {
-  const std::string text = std::string(kBackendId) + ", method '" + (method ? method : "?") + "': " + message;
-  ET_LOG(Error, "%s", text.c_str());
-  set_last_error(text);
+et::Error fail(et::Error code, ErrorKind kind, const char* method, const std::string& detail) {
+  std::string message = std::string(kBackendId) + ", method '" + (method ? method : "?") + "': " + detail;
+  ET_LOG(Error, "%s", message.c_str());
+  set_last_error({kind, detail, std::move(message)});
   return code;
 }
 
@@ -44,15 +44,17 @@ et::Error guarded(const char* method, et::Error otherwise, Body&& body) {
     body();
     return et::Error::Ok;
   } catch (const VersionError& e) {
-    return fail(et::Error::DelegateInvalidCompatibility, method, e.what());
+    return fail(et::Error::DelegateInvalidCompatibility, ErrorKind::Version, method, e.what());
   } catch (const FormatError& e) {
-    return fail(et::Error::InvalidProgram, method, e.what());
+    return fail(et::Error::InvalidProgram, ErrorKind::Format, method, e.what());
   } catch (const InputError& e) {
-    return fail(et::Error::InvalidArgument, method, e.what());
+    return fail(et::Error::InvalidArgument, ErrorKind::Input, method, e.what());
+  } catch (const IndexRangeError& e) {
+    return fail(et::Error::InvalidArgument, ErrorKind::IndexRange, method, e.what());
   } catch (const std::bad_alloc&) {
-    return fail(et::Error::MemoryAllocationFailed, method, "out of memory");
+    return fail(et::Error::MemoryAllocationFailed, ErrorKind::Memory, method, "out of memory");
   } catch (const std::exception& e) {
-    return fail(otherwise, method, e.what());
+    return fail(otherwise, ErrorKind::Other, method, e.what());
   }
 }
 
@@ -87,6 +89,9 @@ void run(Delegate& delegate, std::span<et::EValue*> args) {
   const auto outputs = args.subspan(delegate.num_inputs());
   std::vector<PreparedOutput> prepared;
   std::vector<mx::array> to_evaluate = results.buffer_updates;
+  if (results.index_checks) {
+    to_evaluate.push_back(*results.index_checks);
+  }
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (const auto* array = std::get_if<mx::array>(&results.outputs[i])) {
       if (!outputs[i]->isTensor()) {
@@ -97,6 +102,7 @@ void run(Delegate& delegate, std::span<et::EValue*> args) {
     }
   }
   mx::eval(to_evaluate);
+  delegate.verify(results);  // throws IndexRangeError before any output or state is written
   size_t next = 0;
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (const auto* size = std::get_if<int64_t>(&results.outputs[i])) {

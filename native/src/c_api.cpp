@@ -12,8 +12,19 @@ bool backend_registered();
 
 extern "C" {
 
+// The logged line of the last error on this thread ("" if none).
 __attribute__((visibility("default"))) const char* etmlx_native_last_error() {
-  return etmlx::native::last_error().c_str();
+  return etmlx::native::last_error().message.c_str();
+}
+
+// What went wrong, without the backend and method.
+__attribute__((visibility("default"))) const char* etmlx_native_last_error_detail() {
+  return etmlx::native::last_error().detail.c_str();
+}
+
+// etmlx::native::ErrorKind of the last error.
+__attribute__((visibility("default"))) int etmlx_native_last_error_kind() {
+  return static_cast<int>(etmlx::native::last_error().kind);
 }
 
 __attribute__((visibility("default"))) void etmlx_native_clear_last_error() { etmlx::native::set_last_error({}); }

@@ -12,6 +12,7 @@
 
 #include "dtypes.h"
 #include "errors.h"
+#include "resource_limits.h"
 #include "tensor_io.h"
 
 namespace etmlx::native {
@@ -113,9 +114,15 @@ Delegate::Delegate(Payload payload, const NamedDataMap* named_data, std::shared_
     if ((handler->integer != nullptr) != nodes[i].out_is_int) {
       throw FormatError(where + ": writes the wrong kind of slot");
     }
-    steps_.push_back({handler, node->op(), nodes[i].out, nodes[i].out_is_int});
+    steps_.push_back({handler, node->op(), nodes[i].out, nodes[i].out_is_int, node->op_type()});
   }
   hoist_constant_steps(payload_.layout);
+  for (const auto& step : steps_) {
+    if (step.type == etmlx_ir::Op::CheckIndex) {
+      const auto* check = static_cast<const etmlx_ir::CheckIndex*>(step.table);
+      index_checks_.push_back({check->what() ? check->what()->str() : "an index", check->wraps()});
+    }
+  }
 
   const bool sizes_cross_boundary =
       std::any_of(input_kinds_.begin(), input_kinds_.end(), [](auto k) { return k == etmlx_ir::ValueKind::Int; }) ||
@@ -149,7 +156,7 @@ void Delegate::hoist_constant_steps(const GraphLayout& layout) {
     const auto& step = steps_[i];
     const auto& slots = layout.nodes[i];
     const bool reads_constants_only =
-        !slots.out_is_int && !slots.reads_ints &&
+        !slots.out_is_int && !slots.reads_ints && step.type != etmlx_ir::Op::CheckIndex &&  // its verdict is per call
         std::all_of(slots.tensor_reads.begin(), slots.tensor_reads.end(), [&](uint32_t s) { return is_constant[s]; });
     if (!reads_constants_only) {
       remaining.push_back(step);
@@ -184,7 +191,9 @@ Delegate::Results Delegate::interpret(const std::vector<Value>& inputs, const st
     if (step.is_int) {
       env.set_int(step.out, step.handler->integer(step.table, env));
     } else {
-      env.set(step.out, step.handler->tensor(step.table, env));
+      auto value = step.handler->tensor(step.table, env);
+      check_array_size(value, etmlx_ir::EnumNameOp(step.type));
+      env.set(step.out, std::move(value));
     }
   }
   Results results;
@@ -197,6 +206,9 @@ Delegate::Results Delegate::interpret(const std::vector<Value>& inputs, const st
   }
   for (const auto& [name, slot] : buffer_updates_) {
     results.buffer_updates.push_back(env.tensor(slot));
+  }
+  if (!env.index_checks().empty()) {
+    results.index_checks = mx::contiguous(mx::stack(env.index_checks()));
   }
   return results;
 }
@@ -213,6 +225,9 @@ std::vector<mx::array> Delegate::interpret_arrays(const std::vector<mx::array>& 
     flat.push_back(std::get<mx::array>(output));
   }
   flat.insert(flat.end(), results.buffer_updates.begin(), results.buffer_updates.end());
+  if (results.index_checks) {
+    flat.push_back(*results.index_checks);
+  }
   return flat;
 }
 
@@ -248,10 +263,31 @@ Delegate::Results Delegate::compute(const std::vector<Value>& inputs) {
     compile_caches_.push_back(cache);
   }
   Results results;
-  const auto split = flat.begin() + static_cast<std::ptrdiff_t>(num_outputs());
-  results.outputs.assign(flat.begin(), split);
-  results.buffer_updates.assign(split, flat.end());
+  const auto updates = flat.begin() + static_cast<std::ptrdiff_t>(num_outputs());
+  const auto checks = updates + static_cast<std::ptrdiff_t>(buffer_updates_.size());
+  results.outputs.assign(flat.begin(), updates);
+  results.buffer_updates.assign(updates, checks);
+  if (checks != flat.end()) {
+    results.index_checks = *checks;
+  }
   return results;
+}
+
+void Delegate::verify(const Results& results) const {
+  if (!results.index_checks) {
+    return;
+  }
+  const auto& checks = *results.index_checks;
+  if (checks.ndim() != 2 || checks.shape(0) != static_cast<int>(index_checks_.size()) || checks.shape(1) != 3) {
+    throw std::logic_error("index checks of an unexpected shape");
+  }
+  const auto* rows = checks.data<int64_t>();
+  for (size_t i = 0; i < index_checks_.size(); ++i) {
+    if (rows[3 * i] != 0) {
+      throw IndexRangeError(
+          index_range_message(index_checks_[i].what, index_checks_[i].wraps, rows[3 * i + 1], rows[3 * i + 2]));
+    }
+  }
 }
 
 void Delegate::commit(std::vector<mx::array> buffer_updates) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -34,14 +35,17 @@ class Delegate {
   Delegate(const Delegate&) = delete;
   Delegate& operator=(const Delegate&) = delete;
 
-  // The call's results, not yet evaluated: evaluate `outputs` and
-  // `buffer_updates` together, then `commit` the updates. A call that fails
-  // before `commit` leaves the buffers as they were.
+  // The call's results, not yet evaluated: evaluate `outputs`, `buffer_updates`
+  // and `index_checks` together, `verify` the checks, then `commit` the updates.
+  // A call that fails before `commit` leaves the buffers as they were.
   struct Results {
     std::vector<Value> outputs;
     std::vector<mx::array> buffer_updates;
+    std::optional<mx::array> index_checks;  // (checks, 3) int64, when the graph has any
   };
   Results compute(const std::vector<Value>& inputs);
+  // Throws IndexRangeError for the first failed CheckIndex of evaluated results.
+  void verify(const Results& results) const;
   void commit(std::vector<mx::array> buffer_updates);
 
   size_t num_inputs() const { return input_kinds_.size(); }
@@ -55,6 +59,11 @@ class Delegate {
     const void* table;
     uint32_t out;
     bool is_int;
+    etmlx_ir::Op type;
+  };
+  struct IndexCheck {
+    std::string what;
+    bool wraps;
   };
 
   Results interpret(const std::vector<Value>& inputs, const std::vector<mx::array>& buffers) const;
@@ -66,6 +75,7 @@ class Delegate {
   std::shared_ptr<ProgramState> state_;
   std::vector<Step> steps_;
   std::vector<std::pair<uint32_t, mx::array>> constants_;
+  std::vector<IndexCheck> index_checks_;  // per CheckIndex step, in the order they run
   std::vector<std::pair<std::string, uint32_t>> buffer_slots_;    // buffer name, slot it is read from
   std::vector<std::pair<std::string, uint32_t>> buffer_updates_;  // buffer name, slot of its new value
   std::vector<etmlx_ir::ValueKind> input_kinds_;

@@ -4,15 +4,15 @@ namespace etmlx::native {
 
 namespace {
 
-std::string& last_error_storage() {
-  thread_local std::string message;
-  return message;
+LastError& last_error_storage() {
+  thread_local LastError error;
+  return error;
 }
 
 }  // namespace
 
-void set_last_error(std::string message) { last_error_storage() = std::move(message); }
+void set_last_error(LastError error) { last_error_storage() = std::move(error); }
 
-const std::string& last_error() { return last_error_storage(); }
+const LastError& last_error() { return last_error_storage(); }
 
 }  // namespace etmlx::native

@@ -24,9 +24,24 @@ class InputError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The message of the last error the backend returned on this thread, for
-// callers (etmlx.native) that want the reason and not only the error code.
-void set_last_error(std::string message);
-const std::string& last_error();
+// A run-time index is out of range (a CheckIndex failed): execute answers
+// InvalidArgument, and etmlx.native raises IndexError, as PyTorch would.
+class IndexRangeError : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// What the last error the backend returned on this thread was, for callers
+// (etmlx.native) that want more than the ExecuTorch error code. The values are
+// part of the C interface (c_api.cpp).
+enum class ErrorKind : int { None = 0, Format = 1, Version = 2, Input = 3, IndexRange = 4, Memory = 5, Other = 6 };
+
+struct LastError {
+  ErrorKind kind = ErrorKind::None;
+  std::string detail;   // what went wrong
+  std::string message;  // the logged line: backend, method and detail
+};
+
+void set_last_error(LastError error);
+const LastError& last_error();
 
 }  // namespace etmlx::native

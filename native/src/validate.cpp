@@ -236,9 +236,11 @@ Slots& slots_of(etmlx_ir::ValueKind kind, Slots& tensors, Slots& ints, const std
 }  // namespace
 
 GraphLayout validate(const etmlx_ir::Graph& graph) {
-  if (graph.num_tensor_slots() > kMaxSlots || graph.num_int_slots() > kMaxSlots) {
-    throw FormatError("graph declares " + std::to_string(graph.num_tensor_slots()) + " tensor and " +
-                      std::to_string(graph.num_int_slots()) + " int slots; at most " + std::to_string(kMaxSlots));
+  for (const auto& [kind, count] : {std::pair{"tensor", graph.num_tensor_slots()}, {"int", graph.num_int_slots()}}) {
+    if (count > kMaxSlots) {
+      throw FormatError("graph declares " + std::to_string(count) + " " + kind + " slots; at most " +
+                        std::to_string(kMaxSlots));
+    }
   }
   Slots tensors("tensor", graph.num_tensor_slots());
   Slots ints("int", graph.num_int_slots());

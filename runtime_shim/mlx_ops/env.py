@@ -39,11 +39,12 @@ def fill_value(op) -> mx.array:
 
 
 class Env:
-    __slots__ = ("tensors", "ints")
+    __slots__ = ("tensors", "ints", "checks")
 
     def __init__(self, num_tensors: int, num_ints: int):
         self.tensors = [None] * num_tensors
         self.ints = [0] * num_ints
+        self.checks = []  # per CheckIndex node run: int64 [any out of range, first such index, size]
 
     def t(self, ref) -> mx.array:
         return self.tensors[ref.idx]

@@ -83,3 +83,25 @@ print(logits.shape, "torch" in sys.modules)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["(1,", "1,", "128)", "False"]
+
+
+@pytest.mark.parametrize(
+    "step, match",
+    [
+        (([[128]], [6]), r"^decode: input 'input_ids' holds index 128, out of range for a dimension of size 128"),
+        (([[7]], [64]), r"^decode: an index computed from input 'cache_position' holds index 64, out of range .* 64"),
+    ],
+)
+def test_out_of_range_token_or_position_raises_and_keeps_the_cache(exported, step, match):
+    """A bad token id or cache position is an IndexError, as in PyTorch, and the cache
+    is as it was: the next good step gives the logits of a run without the bad one."""
+    from etmlx.runtime_shim.errors import IndexRangeError
+
+    _, path, _ = exported
+    program, reference = runtimes.load(path), runtimes.load(path)
+    for p in (program, reference):
+        p.prefill(torch.tensor([PROMPT]), torch.arange(len(PROMPT)))
+    with pytest.raises(IndexRangeError, match=match):
+        program.decode(torch.tensor(step[0]), torch.tensor(step[1]))
+    good = (torch.tensor([[7]]), torch.tensor([len(PROMPT)]))
+    torch.testing.assert_close(program.decode(*good), reference.decode(*good), rtol=0, atol=0)

@@ -43,6 +43,11 @@ class Env {
     return shape;
   }
 
+  // Per CheckIndex run, in order: int64 [any index out of range, the first such
+  // index, the axis size], evaluated with the call's results.
+  void add_index_check(mx::array row) { index_checks_.push_back(std::move(row)); }
+  const std::vector<mx::array>& index_checks() const { return index_checks_; }
+
   static int32_t dim(int64_t value) {
     if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
       throw std::invalid_argument("size " + std::to_string(value) + " does not fit MLX's 32-bit dimensions");
@@ -53,6 +58,7 @@ class Env {
  private:
   std::vector<std::optional<mx::array>> tensors_;
   std::vector<int64_t> ints_;
+  std::vector<mx::array> index_checks_;
 };
 
 // A vector of int fields as std::vector<int> (MLX's axes and sizes).

@@ -9,6 +9,7 @@
 
 #include <mlx/ops.h>
 
+#include "../errors.h"
 #include "registry.h"
 
 namespace etmlx::native {
@@ -137,13 +138,47 @@ mx::array index_put(const etmlx_ir::IndexPut& op, Env& env) {
   return op.accumulate() ? mx::scatter_add(x, key.indices, values, axes) : mx::scatter(x, key.indices, values, axes);
 }
 
+// Records whether any index is out of range (evaluated with the call's results,
+// see CheckIndex in schema.fbs) and returns the indices made safe to gather with.
+mx::array check_index(const etmlx_ir::CheckIndex& op, Env& env) {
+  auto indices = env.t(op.indices());
+  const int64_t size = env.size(op.size());
+  if (indices.dtype() != mx::int32 && indices.dtype() != mx::int64) {
+    indices = mx::astype(indices, mx::int64);  // so size - 1 is representable below
+  }
+  if (indices.size() == 0) {
+    env.add_index_check(mx::array({int64_t{0}, int64_t{0}, size}, mx::int64));
+    return indices;
+  }
+  if (size == 0) {
+    throw IndexRangeError(op.what()->str() + " indexes a dimension of size 0");
+  }
+  const auto dtype = indices.dtype();
+  const auto zero = mx::array(0, dtype);
+  const auto wrapped =
+      op.wraps() ? mx::where(mx::less(indices, zero), mx::add(indices, mx::array(size, dtype)), indices) : indices;
+  const auto bad = mx::reshape(
+      mx::logical_or(mx::less(wrapped, zero), mx::greater_equal(wrapped, mx::array(size, dtype))), {-1});
+  const auto first = mx::take(mx::reshape(indices, {-1}), mx::argmax(mx::astype(bad, mx::uint8)));
+  env.add_index_check(
+      mx::stack({mx::astype(mx::any(bad), mx::int64), mx::astype(first, mx::int64), mx::array(size, mx::int64)}));
+  return mx::clip(wrapped, zero, mx::array(size - 1, dtype));
+}
+
 mx::array take_along_axis(const etmlx_ir::TakeAlongAxis& op, Env& env) {
   return mx::take_along_axis(env.t(op.x()), env.t(op.indices()), op.axis());
 }
 
 }  // namespace
 
+std::string index_range_message(const std::string& what, bool wraps, int64_t first, int64_t size) {
+  const auto low = wraps ? std::to_string(-size) : std::string("0");
+  return what + " holds index " + std::to_string(first) + ", out of range for a dimension of size " +
+         std::to_string(size) + " (valid: " + low + " to " + std::to_string(size - 1) + ")";
+}
+
 void register_indexing(Registry& r) {
+  r.tensor<etmlx_ir::CheckIndex, check_index>();
   r.tensor<etmlx_ir::TakeAlongAxis, take_along_axis>();
   r.tensor<etmlx_ir::Index, index>();
   r.tensor<etmlx_ir::IndexPut, index_put>();

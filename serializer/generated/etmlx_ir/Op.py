@@ -42,6 +42,7 @@ class Op(object):
     Variance = 35
     Pad = 36
     RmsNorm = 37
+    CheckIndex = 38
 
 def OpCreator(unionType, table):
     from flatbuffers.table import Table
@@ -158,4 +159,7 @@ def OpCreator(unionType, table):
     if unionType == Op.RmsNorm:
         import etmlx.serializer.generated.etmlx_ir.RmsNorm
         return etmlx.serializer.generated.etmlx_ir.RmsNorm.RmsNormT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op.CheckIndex:
+        import etmlx.serializer.generated.etmlx_ir.CheckIndex
+        return etmlx.serializer.generated.etmlx_ir.CheckIndex.CheckIndexT.InitFromBuf(table.Bytes, table.Pos)
     return None

@@ -1,0 +1,108 @@
+"""Run-time indices out of range raise IndexError on every runtime, as PyTorch does,
+name the method, the input and the offending index, and change no state; indices
+provably in range are not checked at all."""
+
+import copy
+
+import pytest
+import runtimes
+import torch
+
+from etmlx.runtime_shim.errors import IndexRangeError
+from ruletest import Fn, delegated
+
+
+class Embed(torch.nn.Module):
+    """Token ids -> embeddings -> a linear layer, counting its calls in a buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = torch.nn.Embedding(10, 8), torch.nn.Linear(8, 4)
+        self.register_buffer("calls", torch.zeros(1))
+
+    def forward(self, ids):
+        self.calls.add_(1)
+        return self.head(self.embed(ids)) + self.calls
+
+
+def _raises_like_eager(module, args, match):
+    with pytest.raises((IndexError, RuntimeError)):  # gather raises RuntimeError in PyTorch
+        module(*args)
+    return pytest.raises(IndexRangeError, match=match)
+
+
+@pytest.mark.parametrize("bad", [10, -1, -11, 10**9])
+def test_token_ids_out_of_range(bad):
+    lowered = delegated(Embed(), (torch.tensor([[1, 2, 3]]),), nodes=["CheckIndex", "Take"])
+    ids = torch.tensor([[1, bad, 3]])
+    match = rf"^forward: input 'ids' holds index {bad}, out of range for a dimension of size 10 \(valid: 0 to 9\)$"
+    with _raises_like_eager(Embed(), (ids,), match):
+        lowered.program.forward(ids)
+
+
+def test_a_failed_call_changes_no_state():
+    module = Embed()
+    eager = copy.deepcopy(module).eval()  # before export's parity check counts a call
+    lowered = delegated(module, (torch.tensor([[1, 2, 3]]),))
+    program = runtimes.load(lowered.pte)
+    good = torch.tensor([[4, 5, 6]])
+    first = program.forward(good)
+    with pytest.raises(IndexRangeError):
+        program.forward(torch.tensor([[4, 50, 6]]))
+    with torch.no_grad():
+        eager(good)  # the eager model's first call; its failed call never happened either
+        torch.testing.assert_close(program.forward(good), eager(good))
+    assert not torch.equal(first, program.forward(good))  # the counter still counts
+
+
+@pytest.mark.parametrize(
+    "name, fn, index, match",
+    [
+        ("index_select", lambda x, i: torch.index_select(x, 1, i), [0, 5], r"holds index 5, .* size 5 \(valid: 0 to 4\)"),
+        ("index_select_negative", lambda x, i: torch.index_select(x, 1, i), [0, -1], r"holds index -1, .* \(valid: 0 to 4\)"),
+        ("gather", lambda x, i: torch.gather(x, 1, i.expand(3, -1)), [[7]], r"holds index 7, .* size 5"),
+        ("advanced", lambda x, i: x[:, i], [2, -6], r"holds index -6, .* size 5 \(valid: -5 to 4\)"),
+        ("index_put", lambda x, i: x.index_put((i,), torch.ones(5)), [0, 3], r"holds index 3, .* size 3 \(valid: -3 to 2\)"),
+    ],
+)
+def test_each_indexing_operator(name, fn, index, match):
+    x, good = torch.randn(3, 5), torch.tensor([[0]] if name == "gather" else [0, 1])
+    lowered = delegated(fn, (x, good), nodes=["CheckIndex"])
+    bad = torch.tensor(index)
+    with _raises_like_eager(Fn(fn), (x, bad), rf"^forward: .* {match}"):
+        lowered.program.forward(x, bad)
+
+
+def test_negative_indices_keep_their_meaning():
+    x = torch.randn(3, 5)
+    delegated(lambda x, i: x[:, i], (x, torch.tensor([-1, -5, 4])), nodes=["CheckIndex", "Index"])
+
+
+def test_indices_provably_in_range_are_not_checked():
+    class Fixed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("order", torch.tensor([2, 0, 1]))
+
+        def forward(self, x):
+            return x[:, self.order], x[:, torch.arange(1, 4)], torch.flip(x, [1])
+
+    lowered = delegated(Fixed(), (torch.randn(2, 4),))
+    assert "CheckIndex" not in lowered.nodes
+
+
+def test_a_constant_index_out_of_range_is_still_checked():
+    class Broken(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("order", torch.tensor([0, 9]))
+
+        def forward(self, x):
+            return x[:, self.order]
+
+    from lowering_harness import lower
+
+    lowered = lower(Broken(), (torch.randn(2, 4),))
+    assert "CheckIndex" in lowered.nodes
+    with pytest.raises(IndexRangeError, match="holds index 9"):
+        lowered.program.forward(torch.randn(2, 4))
