@@ -11,6 +11,7 @@ import numpy as np
 
 from . import pte_types as t
 from .errors import PteFormatError
+from .limits import MAX_ARENA_BYTES
 from .generated.executorch_flatbuffer import (
     AllocationDetails,
     Bool,
@@ -102,6 +103,7 @@ def _plan(ep) -> t.ExecutionPlan:
         non_const_buffer_sizes=_tuple(ep.NonConstBufferSizesAsNumpy()),
     )
     _check_indices(plan)
+    _check_sizes(plan)
     return plan
 
 
@@ -192,6 +194,19 @@ def _instruction(instr, plan: str, index: int):
     if kind == InstructionArguments.FreeCall:
         return t.FreeCall(_table(FreeCall.FreeCall, val).ValueIndex())
     raise PteFormatError(f"method {plan!r}: instruction {index} has unknown instruction type {kind}")
+
+
+def _check_sizes(plan: t.ExecutionPlan) -> None:
+    """Planned arenas and tensor shapes within ``limits``, before anything is allocated."""
+    for memory_id, size in enumerate(plan.non_const_buffer_sizes):
+        if not 0 <= size <= MAX_ARENA_BYTES:
+            raise PteFormatError(
+                f"method {plan.name!r}: planned memory {memory_id} of {size} bytes is past the limit of "
+                f"{MAX_ARENA_BYTES} (ETMLX_MAX_ARENA_BYTES)"
+            )
+    for index, value in enumerate(plan.values):
+        if isinstance(value, t.TensorMeta) and any(size < 0 for size in value.sizes):
+            raise PteFormatError(f"method {plan.name!r}: value {index} has a negative size in {list(value.sizes)}")
 
 
 def _check_indices(plan: t.ExecutionPlan) -> None:

@@ -32,7 +32,15 @@ class _Slots:
             raise PayloadError(f"{where}: reads {self.kind} slot {idx} before it is written")
 
 
+# Slot counts past this are refused before a runtime allocates per-slot storage (the
+# native reader's kMaxSlots).
+MAX_SLOTS = 1 << 24
+
+
 def validate(graph) -> None:
+    for kind, count in (("tensor", graph.numTensorSlots), ("int", graph.numIntSlots)):
+        if count > MAX_SLOTS:
+            raise PayloadError(f"graph declares {count} {kind} slots; at most {MAX_SLOTS}")
     tensors = _Slots("tensor", graph.numTensorSlots)
     ints = _Slots("int", graph.numIntSlots)
     slots_of_kind = {ValueKind.Tensor: tensors, ValueKind.Int: ints}

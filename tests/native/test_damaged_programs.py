@@ -104,3 +104,10 @@ def test_truncated_file(pte, keep):
     for runtime in runtimes.RUNTIMES:
         with pytest.raises(PteFormatError):
             etmlx.load(pte[: int(len(pte) * keep)], runtime=runtime)
+
+
+def test_slot_count_past_the_limit(pte):
+    def patch(body, graph):
+        struct.pack_into("<I", body, _field_position(graph, 4), 1 << 30)  # Graph.num_tensor_slots
+
+    _load_everywhere(_patched(pte, patch), "1073741824 tensor slots; at most 16777216")
