@@ -1,9 +1,10 @@
 """Inputs in, outputs out: check inputs against a plan and convert between kinds.
 
 Inputs may be torch tensors, numpy arrays or mlx arrays (and Python scalars for
-scalar inputs). Inside, every tensor is numpy (bfloat16 as uint16 bits). Outputs
-are copies, returned as the kind of the first tensor input: the arena they come
-from is overwritten by the next call.
+scalar inputs). Inside, every tensor is numpy (bfloat16 as uint16 bits): torch
+tensors on another device are copied to the host, strided ones are read as PyTorch
+reads them. Outputs are copies, returned as the kind of the first tensor input: the
+arena they come from is overwritten by the next call.
 """
 
 import numpy as np
@@ -97,6 +98,8 @@ def check_inputs(method: str, expected: list, inputs) -> list:
             shape = tuple(x.shape)
             if not _fits(want, shape):
                 raise InputError(f"{where} has shape {shape}, expected {_expected_shape(want)}")
+            if kind == TORCH and x.device.type == "meta":
+                raise InputError(f"{where} is a meta tensor, which holds no data")
             converted.append(_to_numpy(x, kind))
         else:
             allowed = _SCALAR_TYPES.get(type(want), ())
