@@ -12,12 +12,12 @@ import os
 import mlx.core as mx
 import numpy as np
 
-from etmlx.serializer import deserialize
+from etmlx.serializer import PayloadError, deserialize
 from etmlx.serializer.generated.etmlx_ir.ValueKind import ValueKind
 from etmlx.serializer.ir import OP_NAMES, TidT, read_operands
 
 from .backends import register_backend
-from .errors import ExecutionError
+from .errors import ExecutionError, IndexRangeError
 from .limits import MAX_ARRAY_BYTES
 from .mlx_ops import HANDLERS
 from .mlx_ops.indexing import index_error
@@ -25,6 +25,8 @@ from .mlx_ops.env import MX_DTYPES, NUMPY_STORAGE, Env
 from .state import ProgramState
 
 BACKEND_ID = "EtMlxBackend"
+# What MLX's Python API raises for bad shapes, axes and arguments.
+MLX_ERRORS = (ValueError, RuntimeError, TypeError, OverflowError, IndexError)
 _CHECK_INDEX = HANDLERS["CheckIndex"]
 
 
@@ -41,10 +43,12 @@ class MlxDelegate:
             c.slot: state.constant((c.key, c.dtype, tuple(c.shape or [])), lambda c=c: _named_array(c, named_data))
             for c in graph.constants or []
         }
-        self._steps = _hoist_constant_nodes([_step(node) for node in graph.nodes or []], constants)
+        try:
+            self._steps = _hoist_constant_nodes([_step(node) for node in graph.nodes or []], constants)
+        except MLX_ERRORS as error:  # the payload's constant part does not compute: malformed
+            raise PayloadError(f"a node over constants fails: {error}") from error
         self._constants = list(constants.items())
-        # What each CheckIndex step checks, in the order the steps run.
-        self._index_checks = [(op.what, op.wraps) for handler, op, _, _ in self._steps if handler is _CHECK_INDEX]
+        self._check_ops = [op for handler, op, _, _ in self._steps if handler is _CHECK_INDEX]  # in run order
         self._state = state
         for buffer in graph.buffers or []:
             state.register(buffer.name, _named_array(buffer.initial, named_data))
@@ -60,18 +64,31 @@ class MlxDelegate:
         """Runs the graph on mx arrays (and ints for size inputs); returns evaluated outputs.
         Raises IndexRangeError, changing no buffer, when a bounds check fails."""
         buffers = [self._state[name] for name, _ in self._buffer_slots]
-        outputs, updates, checks = self._compute(list(inputs), buffers)
-        mx.eval([o for o in outputs if isinstance(o, mx.array)] + updates + checks)
-        for (what, wraps), (failed, first, size) in zip(self._index_checks, np.array(checks[0]) if checks else []):
-            if failed:
-                raise index_error(what, wraps, int(first), int(size))
+        try:
+            outputs, updates, (failed, details) = self._compute(list(inputs), buffers)
+            mx.eval([o for o in outputs if isinstance(o, mx.array)] + updates + failed)
+            self._raise_failed_index_check(failed, details)
+        except (ExecutionError, IndexRangeError):
+            raise
+        except MLX_ERRORS as error:
+            raise ExecutionError(f"MLX delegate failed: {error}") from error
         for (name, _), value in zip(self._buffer_updates, updates):
             self._state[name] = value
         return outputs
 
+    def _raise_failed_index_check(self, failed: list, details: list) -> None:
+        """The first failed CheckIndex's IndexRangeError; its details are evaluated only
+        now (MLX is lazy), so a call whose indices are fine does not pay for them."""
+        if not failed or not np.array(failed[0]).any():
+            return
+        for index, bad in enumerate(np.array(failed[0])):
+            if bad:
+                first, size = np.array(details[index]).tolist()
+                raise index_error(self._check_ops[index], first, size)
+
     def _interpret(self, inputs: list, buffers: list):
         """The graph as a pure function: (inputs, buffer values) -> (outputs, buffer
-        updates, [the bounds checks' results as one (checks, 3) array] or [])."""
+        updates, ([the bounds checks' verdicts as one bool array] or [], [their details]))."""
         graph = self._graph
         env = Env(graph.numTensorSlots, graph.numIntSlots)
         for value, arg in zip(graph.inputs, inputs):
@@ -89,16 +106,14 @@ class MlxDelegate:
             else:
                 env.tensors[out] = _within_limit(handler(op, env), op)
         outputs = [env.ints[v.slot] if v.kind == ValueKind.Int else env.tensors[v.slot] for v in graph.outputs]
-        checks = [mx.stack(env.checks)] if env.checks else []
+        failed = [mx.stack([verdict for verdict, _ in env.checks])] if env.checks else []
+        checks = (failed, [detail for _, detail in env.checks])
         return outputs, [env.tensors[slot] for _, slot in self._buffer_updates], checks
 
     def execute(self, args: list) -> None:
         """ExecuTorch's calling convention: inputs, then outputs to write in place."""
         inputs = [arg.to_mx() if hasattr(arg, "to_mx") else arg for arg in args[: self.num_inputs]]
-        try:
-            outputs = self.run(inputs)
-        except (ValueError, RuntimeError) as error:
-            raise ExecutionError(f"MLX delegate failed: {error}") from error
+        outputs = self.run(inputs)
         for target, value in zip(args[self.num_inputs :], outputs):
             target.set_mx(value)
 

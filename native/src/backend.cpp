@@ -30,10 +30,11 @@ std::mutex& mlx_mutex() {
   return mutex;
 }
 
-et::Error fail(et::Error code, ErrorKind kind, const char* method, const std::string& detail) {
-  std::string message = std::string(kBackendId) + ", method '" + (method ? method : "?") + "': " + detail;
+et::Error fail(et::Error code, ErrorKind kind, const char* method, const std::string& what) {
+  std::string detail = printable(what);
+  std::string message = std::string(kBackendId) + ", method '" + printable(method ? method : "?") + "': " + detail;
   ET_LOG(Error, "%s", message.c_str());
-  set_last_error({kind, detail, std::move(message)});
+  set_last_error({kind, std::move(detail), std::move(message)});
   return code;
 }
 
@@ -89,8 +90,8 @@ void run(Delegate& delegate, std::span<et::EValue*> args) {
   const auto outputs = args.subspan(delegate.num_inputs());
   std::vector<PreparedOutput> prepared;
   std::vector<mx::array> to_evaluate = results.buffer_updates;
-  if (results.index_checks) {
-    to_evaluate.push_back(*results.index_checks);
+  if (results.index_failed) {
+    to_evaluate.push_back(*results.index_failed);
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (const auto* array = std::get_if<mx::array>(&results.outputs[i])) {

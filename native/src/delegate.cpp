@@ -208,7 +208,12 @@ Delegate::Results Delegate::interpret(const std::vector<Value>& inputs, const st
     results.buffer_updates.push_back(env.tensor(slot));
   }
   if (!env.index_checks().empty()) {
-    results.index_checks = mx::contiguous(mx::stack(env.index_checks()));
+    std::vector<mx::array> failed;
+    for (const auto& check : env.index_checks()) {
+      failed.push_back(check.failed);
+      results.index_details.push_back(check.detail);
+    }
+    results.index_failed = mx::contiguous(mx::stack(failed));  // read in place by verify()
   }
   return results;
 }
@@ -225,8 +230,9 @@ std::vector<mx::array> Delegate::interpret_arrays(const std::vector<mx::array>& 
     flat.push_back(std::get<mx::array>(output));
   }
   flat.insert(flat.end(), results.buffer_updates.begin(), results.buffer_updates.end());
-  if (results.index_checks) {
-    flat.push_back(*results.index_checks);
+  if (results.index_failed) {
+    flat.push_back(*results.index_failed);
+    flat.insert(flat.end(), results.index_details.begin(), results.index_details.end());
   }
   return flat;
 }
@@ -268,24 +274,28 @@ Delegate::Results Delegate::compute(const std::vector<Value>& inputs) {
   results.outputs.assign(flat.begin(), updates);
   results.buffer_updates.assign(updates, checks);
   if (checks != flat.end()) {
-    results.index_checks = *checks;
+    results.index_failed = *checks;
+    results.index_details.assign(checks + 1, flat.end());
   }
   return results;
 }
 
 void Delegate::verify(const Results& results) const {
-  if (!results.index_checks) {
+  if (!results.index_failed) {
     return;
   }
-  const auto& checks = *results.index_checks;
-  if (checks.ndim() != 2 || checks.shape(0) != static_cast<int>(index_checks_.size()) || checks.shape(1) != 3) {
-    throw std::logic_error("index checks of an unexpected shape");
+  const auto& failed = *results.index_failed;  // evaluated with the call's results
+  if (failed.size() != index_checks_.size() || results.index_details.size() != index_checks_.size() ||
+      !failed.flags().row_contiguous) {
+    throw std::logic_error("index checks of an unexpected count");
   }
-  const auto* rows = checks.data<int64_t>();
+  const auto* verdicts = failed.data<bool>();
   for (size_t i = 0; i < index_checks_.size(); ++i) {
-    if (rows[3 * i] != 0) {
-      throw IndexRangeError(
-          index_range_message(index_checks_[i].what, index_checks_[i].wraps, rows[3 * i + 1], rows[3 * i + 2]));
+    if (verdicts[i]) {
+      auto detail = mx::contiguous(results.index_details[i]);
+      detail.eval();
+      const auto* values = detail.data<int64_t>();
+      throw IndexRangeError(index_range_message(index_checks_[i].what, index_checks_[i].wraps, values[0], values[1]));
     }
   }
 }

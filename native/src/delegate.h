@@ -36,15 +36,17 @@ class Delegate {
   Delegate& operator=(const Delegate&) = delete;
 
   // The call's results, not yet evaluated: evaluate `outputs`, `buffer_updates`
-  // and `index_checks` together, `verify` the checks, then `commit` the updates.
+  // and `index_failed` together, `verify` the checks, then `commit` the updates.
   // A call that fails before `commit` leaves the buffers as they were.
   struct Results {
     std::vector<Value> outputs;
     std::vector<mx::array> buffer_updates;
-    std::optional<mx::array> index_checks;  // (checks, 3) int64, when the graph has any
+    std::optional<mx::array> index_failed;   // a bool per CheckIndex, when the graph has any
+    std::vector<mx::array> index_details;    // per CheckIndex: int64 [first bad index, size]
   };
   Results compute(const std::vector<Value>& inputs);
-  // Throws IndexRangeError for the first failed CheckIndex of evaluated results.
+  // Throws IndexRangeError for the first failed CheckIndex of evaluated results;
+  // its details are evaluated only then (MLX is lazy).
   void verify(const Results& results) const;
   void commit(std::vector<mx::array> buffer_updates);
 

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace etmlx::native {
 
@@ -42,6 +43,11 @@ struct LastError {
 };
 
 void set_last_error(LastError error);
+
+// `text` with every byte outside printable ASCII written as \xNN: messages quote
+// strings from the payload (keys, names), which a damaged file can make invalid
+// UTF-8, and ExecuTorch's Python bindings turn log lines into Python strings.
+std::string printable(std::string_view text);
 const LastError& last_error();
 
 }  // namespace etmlx::native

@@ -44,7 +44,9 @@ class Env:
     def __init__(self, num_tensors: int, num_ints: int):
         self.tensors = [None] * num_tensors
         self.ints = [0] * num_ints
-        self.checks = []  # per CheckIndex node run: int64 [any out of range, first such index, size]
+        # Per CheckIndex run, in node order: (whether any index is out of range, a bool;
+        # the first such index and the axis size, int64, evaluated only when one is).
+        self.checks = []
 
     def t(self, ref) -> mx.array:
         return self.tensors[ref.idx]

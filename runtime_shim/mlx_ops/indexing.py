@@ -1,13 +1,60 @@
+"""Gathers and scatters by index arrays: Take, TakeAlongAxis, Index, IndexPut, and the
+bounds check CheckIndex.
+
+Every gather and scatter clamps its indices into the axis it reads (negative ones
+counted from the end) before MLX sees them, whatever the payload holds: MLX reads
+whatever memory an index points at. CheckIndex, which lowering puts before indices
+known only at run time, is what reports an out-of-range one as PyTorch would; the clamp
+only keeps a damaged or crafted payload from reading out of bounds.
+"""
+
 import mlx.core as mx
 
 from ..errors import IndexRangeError
 
 
+def _in_bounds(indices: mx.array, size: int) -> mx.array:
+    """``indices`` into an axis of ``size`` elements, made safe to gather with."""
+    if not mx.issubdtype(indices.dtype, mx.integer):
+        raise TypeError(f"indices of dtype {indices.dtype}")
+    if indices.size == 0:
+        return indices
+    if size == 0:
+        raise ValueError("indices into a dimension of size 0")
+    if indices.dtype not in (mx.int32, mx.int64):
+        indices = indices.astype(mx.int64)  # room for -size .. size - 1
+    # mx.compile fuses elementwise ops into generated C++, where a float turned into an
+    # int out of range (NaN, say) is undefined and may let the compiler drop the clamp:
+    # the indices are materialized first (contiguous is not fused). Then clamp, then
+    # count from the end, so no step can overflow.
+    clamped = mx.clip(mx.contiguous(indices), -size, size - 1)
+    return mx.where(clamped < 0, clamped + size, clamped)
+
+
+def _axis_size(x: mx.array, axis: int) -> int:
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"axis {axis} out of range for an array of {x.ndim} dimensions")
+    return x.shape[axis]
+
+
 def _key(op, env) -> tuple:
-    key = [slice(None)] * (op.dims[-1] + 1)
-    for dim, ref in zip(op.dims, op.indices):
-        key[dim] = env.t(ref)
+    x, dims = env.t(op.x), list(op.dims)
+    if not dims or dims != sorted(set(dims)) or dims[0] < 0 or dims[-1] >= x.ndim or len(dims) != len(op.indices):
+        raise ValueError(f"index dims {dims} do not ascend within {x.ndim} dimensions")
+    key = [slice(None)] * (dims[-1] + 1)
+    for dim, ref in zip(dims, op.indices):
+        key[dim] = _in_bounds(env.t(ref), x.shape[dim])
     return tuple(key)
+
+
+def _take(op, env):
+    x = env.t(op.x)
+    return mx.take(x, _in_bounds(env.t(op.indices), _axis_size(x, op.axis)), axis=op.axis)
+
+
+def _take_along_axis(op, env):
+    x = env.t(op.x)
+    return mx.take_along_axis(x, _in_bounds(env.t(op.indices), _axis_size(x, op.axis)), axis=op.axis)
 
 
 def _index_put(op, env):
@@ -20,32 +67,32 @@ def _index_put(op, env):
 
 
 def _check_index(op, env):
-    """Records whether any index is out of range (evaluated with the call's results, see
-    CheckIndex in schema.fbs) and returns the indices made safe to gather with."""
+    """Records whether any index is out of range, evaluated with the call's results (see
+    CheckIndex in schema.fbs); passes the indices on."""
     indices, size = env.t(op.indices), env.size(op.size)
-    if indices.dtype not in (mx.int32, mx.int64):
-        indices = indices.astype(mx.int64)  # so size - 1 is representable below
     if indices.size == 0:
-        env.checks.append(mx.array([0, 0, size], dtype=mx.int64))
+        env.checks.append((mx.array(False), mx.array([0, size], dtype=mx.int64)))
         return indices
     if size == 0:
         raise IndexRangeError(f"{op.what} indexes a dimension of size 0")
-    wrapped = mx.where(indices < 0, indices + size, indices) if op.wraps else indices
-    bad = ((wrapped < 0) | (wrapped >= size)).reshape(-1)
-    first = mx.take(indices.reshape(-1), mx.argmax(bad.astype(mx.uint8)))
-    env.checks.append(mx.stack([mx.any(bad).astype(mx.int64), first.astype(mx.int64), mx.array(size, mx.int64)]))
-    return mx.clip(wrapped, 0, size - 1)
+    wide = mx.contiguous(indices if indices.dtype in (mx.int32, mx.int64) else indices.astype(mx.int64))
+    bad = ((wide < (-size if op.wraps else 0)) | (wide >= size)).reshape(-1)  # comparisons only: no overflow
+    first = mx.take(wide.reshape(-1), mx.argmax(bad.astype(mx.uint8)))
+    env.checks.append((mx.any(bad), mx.stack([first.astype(mx.int64), mx.array(size, mx.int64)])))
+    return indices
 
 
-def index_error(what: str, wraps: bool, first: int, size: int) -> IndexRangeError:
+def index_error(op, first: int, size: int) -> IndexRangeError:
     """The error a failed CheckIndex raises, in PyTorch's terms."""
+    what, wraps = op.what, op.wraps
     valid = f"{-size} to {size - 1}" if wraps else f"0 to {size - 1}"
     return IndexRangeError(f"{what} holds index {first}, out of range for a dimension of size {size} (valid: {valid})")
 
 
 HANDLERS = {
     "CheckIndex": _check_index,
-    "TakeAlongAxis": lambda op, env: mx.take_along_axis(env.t(op.x), env.t(op.indices), axis=op.axis),
+    "Take": _take,
+    "TakeAlongAxis": _take_along_axis,
     "Index": lambda op, env: env.t(op.x)[_key(op, env)],
     "IndexPut": _index_put,
 }

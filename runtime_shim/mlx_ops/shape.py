@@ -26,6 +26,5 @@ HANDLERS = {
     "BroadcastTo": lambda op, env: mx.broadcast_to(env.t(op.x), env.sizes(op.shape)),
     "Slice": _slice,
     "Concatenate": lambda op, env: mx.concatenate([env.t(x) for x in op.xs], axis=op.axis),
-    "Take": lambda op, env: mx.take(env.t(op.x), env.t(op.indices), axis=op.axis),
     "Tile": lambda op, env: mx.tile(env.t(op.x), list(op.reps)),
 }

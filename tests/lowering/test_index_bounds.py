@@ -106,3 +106,23 @@ def test_a_constant_index_out_of_range_is_still_checked():
     assert "CheckIndex" in lowered.nodes
     with pytest.raises(IndexRangeError, match="holds index 9"):
         lowered.program.forward(torch.randn(2, 4))
+
+
+def test_indices_computed_from_nan_raise_and_read_nothing_out_of_bounds():
+    """Indices computed in the graph from a float input: a NaN there is an out-of-range
+    index (PyTorch makes it INT64_MIN), never a read out of bounds, also under mx.compile,
+    which fuses the cast into generated code where it is undefined."""
+
+    class Bucketed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(8, 4)
+
+        def forward(self, x):
+            return self.embed((x * 4).long())
+
+    lowered = delegated(Bucketed(), (torch.rand(5),), nodes=["CheckIndex"])
+    x = torch.rand(5)
+    x[2] = float("nan")
+    with pytest.raises(IndexRangeError, match="an index computed from input 'x'"):
+        lowered.program.forward(x)

@@ -43,10 +43,17 @@ class Env {
     return shape;
   }
 
-  // Per CheckIndex run, in order: int64 [any index out of range, the first such
-  // index, the axis size], evaluated with the call's results.
-  void add_index_check(mx::array row) { index_checks_.push_back(std::move(row)); }
-  const std::vector<mx::array>& index_checks() const { return index_checks_; }
+  // Per CheckIndex run, in node order: whether any index is out of range (a
+  // bool, evaluated with the call's results), and the first such index and the
+  // axis size (int64, evaluated only when one is).
+  struct IndexCheck {
+    mx::array failed;
+    mx::array detail;
+  };
+  void add_index_check(mx::array failed, mx::array detail) {
+    index_checks_.push_back({std::move(failed), std::move(detail)});
+  }
+  const std::vector<IndexCheck>& index_checks() const { return index_checks_; }
 
   static int32_t dim(int64_t value) {
     if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
@@ -58,7 +65,7 @@ class Env {
  private:
   std::vector<std::optional<mx::array>> tensors_;
   std::vector<int64_t> ints_;
-  std::vector<mx::array> index_checks_;
+  std::vector<IndexCheck> index_checks_;
 };
 
 // A vector of int fields as std::vector<int> (MLX's axes and sizes).

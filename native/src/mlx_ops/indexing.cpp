@@ -1,7 +1,14 @@
-// TakeAlongAxis, Index and IndexPut: NumPy's advanced indexing, built from
-// MLX's gather and scatter exactly as mlx's Python `x[key]`, `x[key] = v` and
-// `x.at[key].add(v)` build it, for the keys the IR holds: full slices on every
-// dimension up to the last indexed one, integer arrays at `dims`.
+// Take, TakeAlongAxis, Index and IndexPut, and the bounds check CheckIndex.
+// Index and IndexPut are NumPy's advanced indexing, built from MLX's gather and
+// scatter exactly as mlx's Python `x[key]`, `x[key] = v` and `x.at[key].add(v)`
+// build it, for the keys the IR holds: full slices on every dimension up to the
+// last indexed one, integer arrays at `dims`.
+//
+// Every gather and scatter clamps its indices into the axis it reads (negative
+// ones counted from the end) before MLX sees them, whatever the payload holds:
+// MLX reads whatever memory an index points at. CheckIndex is what reports an
+// out-of-range index as PyTorch would; the clamp keeps a damaged or crafted
+// payload from reading out of bounds.
 #include <algorithm>
 #include <numeric>
 #include <stdexcept>
@@ -15,6 +22,38 @@
 namespace etmlx::native {
 
 namespace {
+
+// `indices` into an axis of `size` elements, made safe to gather with.
+mx::array in_bounds(mx::array indices, int64_t size) {
+  if (!mx::issubdtype(indices.dtype(), mx::integer)) {
+    throw std::invalid_argument("indices must be integers");
+  }
+  if (indices.size() == 0) {
+    return indices;
+  }
+  if (size == 0) {
+    throw std::invalid_argument("indices into a dimension of size 0");
+  }
+  if (indices.dtype() != mx::int32 && indices.dtype() != mx::int64) {
+    indices = mx::astype(indices, mx::int64);  // room for -size .. size - 1
+  }
+  // mx::compile fuses elementwise ops into generated C++, where a float turned
+  // into an int out of range (NaN, say) is undefined and may let the compiler
+  // drop the clamp: the indices are materialized first (contiguous is not fused).
+  // Then clamp, then count from the end, so no step can overflow.
+  const auto dtype = indices.dtype();
+  const auto clamped = mx::clip(mx::contiguous(indices), mx::array(-size, dtype), mx::array(size - 1, dtype));
+  return mx::where(mx::less(clamped, mx::array(0, dtype)), mx::add(clamped, mx::array(size, dtype)), clamped);
+}
+
+int64_t axis_size(const mx::array& x, int axis) {
+  const int ndim = static_cast<int>(x.ndim());
+  if (axis < -ndim || axis >= ndim) {
+    throw std::invalid_argument("axis " + std::to_string(axis) + " out of range for an array of " +
+                                std::to_string(ndim) + " dimensions");
+  }
+  return x.shape(axis < 0 ? axis + ndim : axis);
+}
 
 struct AdvancedKey {
   std::vector<mx::array> indices;  // one per dimension 0 .. last indexed one
@@ -78,7 +117,7 @@ AdvancedKey advanced_key(const Node& op, const mx::array& x, Env& env, int min_i
       ++slice_num;
       continue;
     }
-    const auto& index = env.t(refs->Get(array_num));
+    const auto index = in_bounds(env.t(refs->Get(array_num)), x.shape(dim));
     const int start = (first ? 0 : slice_num) + static_cast<int>(max_ndim) - static_cast<int>(index.ndim());
     for (size_t j = 0; j < index.ndim(); ++j) {
       shape[start + j] = index.shape(j);
@@ -138,35 +177,37 @@ mx::array index_put(const etmlx_ir::IndexPut& op, Env& env) {
   return op.accumulate() ? mx::scatter_add(x, key.indices, values, axes) : mx::scatter(x, key.indices, values, axes);
 }
 
-// Records whether any index is out of range (evaluated with the call's results,
-// see CheckIndex in schema.fbs) and returns the indices made safe to gather with.
+// Records whether any index is out of range, evaluated with the call's results
+// (see CheckIndex in schema.fbs); passes the indices on.
 mx::array check_index(const etmlx_ir::CheckIndex& op, Env& env) {
-  auto indices = env.t(op.indices());
+  const auto& indices = env.t(op.indices());
   const int64_t size = env.size(op.size());
-  if (indices.dtype() != mx::int32 && indices.dtype() != mx::int64) {
-    indices = mx::astype(indices, mx::int64);  // so size - 1 is representable below
-  }
   if (indices.size() == 0) {
-    env.add_index_check(mx::array({int64_t{0}, int64_t{0}, size}, mx::int64));
+    env.add_index_check(mx::array(false), mx::array({int64_t{0}, size}, mx::int64));
     return indices;
   }
   if (size == 0) {
-    throw IndexRangeError(op.what()->str() + " indexes a dimension of size 0");
+    throw IndexRangeError((op.what() ? op.what()->str() : std::string("an index")) + " indexes a dimension of size 0");
   }
-  const auto dtype = indices.dtype();
-  const auto zero = mx::array(0, dtype);
-  const auto wrapped =
-      op.wraps() ? mx::where(mx::less(indices, zero), mx::add(indices, mx::array(size, dtype)), indices) : indices;
-  const auto bad = mx::reshape(
-      mx::logical_or(mx::less(wrapped, zero), mx::greater_equal(wrapped, mx::array(size, dtype))), {-1});
-  const auto first = mx::take(mx::reshape(indices, {-1}), mx::argmax(mx::astype(bad, mx::uint8)));
-  env.add_index_check(
-      mx::stack({mx::astype(mx::any(bad), mx::int64), mx::astype(first, mx::int64), mx::array(size, mx::int64)}));
-  return mx::clip(wrapped, zero, mx::array(size - 1, dtype));
+  const bool wide = indices.dtype() == mx::int32 || indices.dtype() == mx::int64;
+  const auto values = mx::contiguous(wide ? indices : mx::astype(indices, mx::int64));  // see in_bounds
+  const auto dtype = values.dtype();
+  const auto low = mx::array(op.wraps() ? -size : 0, dtype);  // comparisons only: no overflow
+  const auto bad =
+      mx::reshape(mx::logical_or(mx::less(values, low), mx::greater_equal(values, mx::array(size, dtype))), {-1});
+  const auto first = mx::take(mx::reshape(values, {-1}), mx::argmax(mx::astype(bad, mx::uint8)));
+  env.add_index_check(mx::any(bad), mx::stack({mx::astype(first, mx::int64), mx::array(size, mx::int64)}));
+  return indices;
+}
+
+mx::array take(const etmlx_ir::Take& op, Env& env) {
+  const auto& x = env.t(op.x());
+  return mx::take(x, in_bounds(env.t(op.indices()), axis_size(x, op.axis())), op.axis());
 }
 
 mx::array take_along_axis(const etmlx_ir::TakeAlongAxis& op, Env& env) {
-  return mx::take_along_axis(env.t(op.x()), env.t(op.indices()), op.axis());
+  const auto& x = env.t(op.x());
+  return mx::take_along_axis(x, in_bounds(env.t(op.indices()), axis_size(x, op.axis())), op.axis());
 }
 
 }  // namespace
@@ -179,6 +220,7 @@ std::string index_range_message(const std::string& what, bool wraps, int64_t fir
 
 void register_indexing(Registry& r) {
   r.tensor<etmlx_ir::CheckIndex, check_index>();
+  r.tensor<etmlx_ir::Take, take>();
   r.tensor<etmlx_ir::TakeAlongAxis, take_along_axis>();
   r.tensor<etmlx_ir::Index, index>();
   r.tensor<etmlx_ir::IndexPut, index_put>();

@@ -1,5 +1,5 @@
 // Reshape, Transpose, ExpandDims, Squeeze, BroadcastTo, Slice, Concatenate,
-// Pad, Tile, Take.
+// Pad, Tile.
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -89,10 +89,6 @@ mx::array concatenate(const etmlx_ir::Concatenate& op, Env& env) {
   return mx::concatenate(std::move(xs), op.axis());
 }
 
-mx::array take(const etmlx_ir::Take& op, Env& env) {
-  return mx::take(env.t(op.x()), env.t(op.indices()), op.axis());
-}
-
 mx::array tile(const etmlx_ir::Tile& op, Env& env) { return mx::tile(env.t(op.x()), ints(op.reps())); }
 
 }  // namespace
@@ -107,7 +103,6 @@ void register_shape(Registry& r) {
   r.tensor<etmlx_ir::Concatenate, concatenate>();
   r.tensor<etmlx_ir::Pad, pad>();
   r.tensor<etmlx_ir::Tile, tile>();
-  r.tensor<etmlx_ir::Take, take>();
 }
 
 }  // namespace etmlx::native
