@@ -10,11 +10,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from etmlx.runtime_shim import method_io
-from etmlx.runtime_shim.errors import ExecutionError, IndexRangeError, PteFormatError
+from etmlx.runtime_shim.errors import ExecutionError, IndexRangeError, NoSuchMethodError, PteFormatError
 from etmlx.runtime_shim.program import MethodCalls
 from etmlx.runtime_shim.pte_file import read_pte
 
 from . import INDEX_RANGE_ERROR, clear_last_error, last_error, last_error_detail
+from .plan_checks import check_program
 
 
 class ExecutorchProgram(MethodCalls):
@@ -29,6 +30,7 @@ class ExecutorchProgram(MethodCalls):
         from executorch.runtime import Runtime
 
         pte = read_pte(path_or_bytes)  # the plans, for checking inputs; PteFormatError if malformed
+        check_program(pte.program)
         self._expected = {plan.name: method_io.expected_inputs(plan) for plan in pte.program.plans}
         _check_kernels(pte, set(Runtime.get().operator_registry.operator_names))
         source = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else bytes(path_or_bytes)
@@ -65,7 +67,7 @@ class ExecutorchProgram(MethodCalls):
         try:
             return self._methods[name]
         except KeyError:
-            raise AttributeError(f"program has no method {name!r} (methods: {', '.join(self._methods)})") from None
+            raise NoSuchMethodError(f"program has no method {name!r} (methods: {', '.join(self._methods)})") from None
 
 
 def _check_kernels(pte, registered: set) -> None:

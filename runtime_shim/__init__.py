@@ -7,7 +7,7 @@ delegated program needs only numpy, flatbuffers and its backend.
 
 from .backends import DelegateHandle, register_backend, registered_backends
 from .describe import DelegateInfo, MethodInfo, ProgramInfo, ValueInfo, describe
-from .errors import BackendError, CapacityError, ExecutionError, IndexRangeError, InputError, OperatorError, PteFormatError
+from .errors import BackendError, CapacityError, ExecutionError, IndexRangeError, InputError, NoSuchMethodError, OperatorError, PteFormatError
 from .program import LoadedProgram, load
 from .pte_file import NamedDataLookup, PteFile, read_pte
 from .tensor_value import TensorValue
@@ -23,6 +23,7 @@ __all__ = [
     "LoadedProgram",
     "MethodInfo",
     "NamedDataLookup",
+    "NoSuchMethodError",
     "OperatorError",
     "ProgramInfo",
     "PteFile",

@@ -41,7 +41,7 @@ def decode_program(data) -> t.Program:
     """Decode the Program table rooted at the start of ``data`` (a bytearray)."""
     try:
         return _program(Program.GetRootAs(data, 0))
-    except (struct.error, IndexError, ValueError, UnicodeDecodeError) as e:
+    except (struct.error, IndexError, ValueError, TypeError, UnicodeDecodeError) as e:  # flatbuffers' range checks raise TypeError
         if isinstance(e, PteFormatError):
             raise
         raise PteFormatError(f"corrupt or truncated program flatbuffer ({type(e).__name__}: {e})") from e
@@ -68,6 +68,9 @@ def _table(cls, union_table):
 
 def _program(p) -> t.Program:
     plans = [_plan(p.ExecutionPlan(i)) for i in range(p.ExecutionPlanLength())]
+    names = [plan.name for plan in plans]
+    if len(set(names)) != len(names):
+        raise PteFormatError(f"method names repeat: {names}")
     cs = p.ConstantSegment()
     return t.Program(
         version=p.Version(),
@@ -89,6 +92,8 @@ def _subsegments(s) -> t.SubsegmentOffsets:
 
 def _plan(ep) -> t.ExecutionPlan:
     name = _str(ep.Name())
+    if not name or not name.isprintable():
+        raise PteFormatError(f"method name {name!r} is empty or not printable")
     if ep.ChainsLength() != 1:
         raise PteFormatError(f"method {name!r} has {ep.ChainsLength()} chains; only single-chain plans are supported")
     chain = ep.Chains(0)

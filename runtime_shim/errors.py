@@ -5,6 +5,10 @@ class PteFormatError(ValueError):
     """The bytes are not a well-formed ExecuTorch program this reader understands."""
 
 
+class NoSuchMethodError(AttributeError):
+    """A program was asked for a method it does not have."""
+
+
 class InputError(ValueError):
     """Inputs given to a method do not match what its execution plan expects."""
 

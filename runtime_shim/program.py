@@ -7,7 +7,7 @@ from . import method_io
 from .backends import create_handle
 from .plan import MethodRunner
 from .direct import direct_runner
-from .errors import IndexRangeError, PteFormatError
+from .errors import IndexRangeError, NoSuchMethodError, PteFormatError
 from .pte_file import PteFile, read_pte
 from .state import ProgramState
 from .tensor_value import TensorValue
@@ -19,7 +19,7 @@ class MethodCalls:
 
     def __getattr__(self, name: str):
         if name.startswith("_") or name not in self.method_names:
-            raise AttributeError(f"program has no method or attribute {name!r} (methods: {', '.join(self.method_names)})")
+            raise NoSuchMethodError(f"program has no method or attribute {name!r} (methods: {', '.join(self.method_names)})")
 
         def method(*inputs):
             outputs = self.run_method(name, inputs)
@@ -70,7 +70,7 @@ class LoadedProgram(MethodCalls):
         try:
             runner = self._methods[name]
         except KeyError:
-            raise AttributeError(f"program has no method {name!r} (methods: {', '.join(self._methods)})") from None
+            raise NoSuchMethodError(f"program has no method {name!r} (methods: {', '.join(self._methods)})") from None
         values, plan = runner.values, runner.plan
         with self._lock:
             arrays = method_io.check_inputs(name, [values[i] for i in plan.inputs], inputs)

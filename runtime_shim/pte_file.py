@@ -76,11 +76,12 @@ class NamedDataLookup:
         return key in self._pte.program.named_data
 
     def get(self, key: str) -> memoryview:
-        """The bytes stored under ``key``; a KeyError naming the known keys if absent."""
+        """The bytes stored under ``key``; a PteFormatError (the program names data it
+        does not hold) if absent."""
         try:
             index = self._pte.program.named_data[key]
         except KeyError:
-            raise KeyError(f"no named data {key!r} in this program (have: {sorted(self.keys())})") from None
+            raise PteFormatError(f"no named data {key!r} in this program ({len(self.keys())} keys)") from None
         return memoryview(self._pte.segment(index))
 
 

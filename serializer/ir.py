@@ -1,5 +1,8 @@
 """Names and helpers over the generated IR classes, shared by writer, reader and tools."""
 
+import pathlib
+import re
+
 from .generated.etmlx_ir import DType as _dtype
 from .generated.etmlx_ir import Op as _op
 from .generated.etmlx_ir import IntOrSlot as _int_or_slot
@@ -32,6 +35,34 @@ def int_or_slot(value: int, is_slot: bool = False) -> IntOrSlotT:
 
 
 WRITTEN_FIELDS = ("out", "outInt")
+
+
+def _table_field_types() -> dict:
+    """``{table: {field: type}}`` read from schema.fbs, fields named as the object API
+    names them (``has_mask`` -> ``hasMask``): the generated Python has no type
+    information, and the validator must tell a missing operand from an empty field."""
+    text = re.sub(r"//[^\n]*", "", pathlib.Path(__file__).with_name("schema.fbs").read_text())
+    camel = lambda name: re.sub(r"_(\w)", lambda m: m.group(1).upper(), name)  # noqa: E731
+    return {
+        table: {camel(field): kind for field, kind in re.findall(r"(\w+)\s*:\s*(\[?\w+\]?)", body)}
+        for table, body in re.findall(r"\btable\s+(\w+)\s*\{([^}]*)\}", text)
+    }
+
+
+FIELD_TYPES = _table_field_types()
+
+
+def missing_operands(table: str, op) -> list:
+    """The operand fields (``Tid``, ``IntOrSlot``) a node table ``op`` reads but lacks."""
+    fields = vars(op)
+    return [
+        name
+        for name, kind in FIELD_TYPES.get(table, {}).items()
+        if kind in ("Tid", "IntOrSlot")
+        and name not in WRITTEN_FIELDS
+        and fields.get(name) is None
+        and fields.get("has" + name[:1].upper() + name[1:], True) is not False
+    ]
 
 
 def read_operands(op):

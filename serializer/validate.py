@@ -9,7 +9,7 @@ operand ``x`` is absent when the table's ``hasX`` is false; ``op`` is the table'
 
 from .errors import PayloadError
 from .generated.etmlx_ir.ValueKind import ValueKind
-from .ir import DTYPE_NAMES, OP_NAMES, WRITTEN_FIELDS, IntOrSlotT, TidT, enum_names, op_enum, read_operands
+from .ir import DTYPE_NAMES, OP_NAMES, WRITTEN_FIELDS, IntOrSlotT, TidT, enum_names, missing_operands, op_enum, read_operands
 
 
 class _Slots:
@@ -89,6 +89,8 @@ def _check_node(node, index: int, tensors: _Slots, ints: _Slots) -> None:
         raise PayloadError(f"{where}: unknown {table}Op {fields['op']}")
     if "dtype" in fields:
         _check_dtype(fields["dtype"], where)
+    for name in missing_operands(table, node.op):
+        raise PayloadError(f"{where} {name}: missing operand")
     for name, item in read_operands(node.op):
         if isinstance(item, TidT):
             tensors.read(item.idx, f"{where} {name}")

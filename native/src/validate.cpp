@@ -116,7 +116,7 @@ class NodeChecker {
       const bool written = name == "out" || name == "out_int";
       if (ref == etmlx_ir::TidTypeTable()) {
         if (code.is_repeating) {
-          for (const auto* tid : vector_of<etmlx_ir::Tid>(table, field)) {
+          for (const auto* tid : vector_of<etmlx_ir::Tid>(table, field, at)) {
             read_tensor(tid->idx(), at, slots);
           }
           continue;
@@ -137,7 +137,7 @@ class NodeChecker {
         }
       } else if (ref == etmlx_ir::IntOrSlotTypeTable()) {
         if (code.is_repeating) {
-          for (const auto* size : vector_of<etmlx_ir::IntOrSlot>(table, field)) {
+          for (const auto* size : vector_of<etmlx_ir::IntOrSlot>(table, field, at)) {
             read_size(*size, at, slots);
           }
           continue;
@@ -171,11 +171,15 @@ class NodeChecker {
   }
 
  private:
-  // The structs of a vector field (none when the field is absent).
+  // The structs of a vector field (none when the field is absent). The verifier
+  // checks a vector's bounds but aligns only its length, and an IntOrSlot needs 8.
   template <class T>
-  static std::vector<const T*> vector_of(const flatbuffers::Table& table, size_t field) {
+  static std::vector<const T*> vector_of(const flatbuffers::Table& table, size_t field, const std::string& where) {
     std::vector<const T*> items;
     if (const auto* vector = table.GetPointer<const flatbuffers::Vector<const T*>*>(field_offset(field))) {
+      if (reinterpret_cast<uintptr_t>(vector->Data()) % alignof(T) != 0) {
+        throw FormatError(where + ": misaligned vector");
+      }
       for (flatbuffers::uoffset_t i = 0; i < vector->size(); ++i) {
         items.push_back(vector->Get(i));
       }
