@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install native demo test test-sanitize bench clean
+.PHONY: install native demo test test-sanitize fuzz fuzz-sanitize bench clean
 
 $(INSTALLED): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,8 +21,10 @@ native: $(INSTALLED)
 demo: native
 	$(PY) examples/demo.py
 
+# One worker per core; a file's tests stay together (its last test checks they covered
+# every rule of its family).
 test: native
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadfile
 
 # The native tests again, with the backend built under AddressSanitizer and UBSan
 # (loaded into Python with the sanitizer runtime preloaded).
@@ -33,6 +35,20 @@ test-sanitize: $(INSTALLED)
 	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	$(PY) -m pytest -q tests/native tests/lowering/test_indexing.py tests/models/test_kv_cache.py
 
+# Mutated .pte files loaded and run on both runtimes in child processes: every case must
+# run or raise a documented error (fuzz/run.py). FUZZ_CASES=... FUZZ_SEED=... to vary.
+FUZZ_CASES ?= 10000
+FUZZ_SEED ?= 0
+fuzz: native
+	$(PY) fuzz/run.py --cases $(FUZZ_CASES) --seed $(FUZZ_SEED)
+
+# The same with the native backend built under AddressSanitizer and UBSan.
+fuzz-sanitize: $(INSTALLED)
+	$(PY) native/build.py --build-dir build/native-asan --sanitize
+	ETMLX_NATIVE_LIBRARY=build/native-asan/libetmlx_backend.so LD_PRELOAD="$(SANITIZER_PRELOAD)" \
+	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	$(PY) fuzz/run.py --cases $(FUZZ_CASES) --seed $(FUZZ_SEED) --runtimes executorch
+
 $(VENV)/.bench-installed: $(INSTALLED)
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 	touch $@
@@ -41,6 +57,7 @@ bench: $(VENV)/.bench-installed native
 	$(PY) bench/bench_encoder_block.py
 	$(PY) bench/bench_attention.py
 	$(PY) bench/bench_runtimes.py
+	$(PY) bench/bench_bounds_checks.py
 	$(PY) bench/bench_llm.py
 
 clean:

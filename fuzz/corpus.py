@@ -1,0 +1,66 @@
+"""The programs the fuzzer mutates: small exported models that between them have every
+part of a .pte a reader must check — static and dynamic shapes, mutable buffers, a
+bounds-checked index input, partial delegation (two payloads around a declined call)."""
+
+import dataclasses
+import pathlib
+
+import numpy as np
+import torch
+
+import etmlx
+from examples import models
+
+
+@dataclasses.dataclass
+class Entry:
+    name: str
+    pte: bytes
+    inputs: list  # numpy arrays that run the original program
+    method: str = "forward"
+
+
+class _Counter(torch.nn.Module):
+    """Token ids into an embedding, and a buffer counting the calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(16, 8)
+        self.register_buffer("calls", torch.zeros(1))
+
+    def forward(self, ids):
+        self.calls.add_(1)
+        return self.embed(ids).sum(-1) + self.calls
+
+
+class _PartlyDelegated(torch.nn.Module):
+    """A float64 op, which MLX declines, between two delegated regions."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.second(torch.exp(self.first(x).double()).float())
+
+
+def _factories():
+    mlp, mlp_inputs, _ = models.mlp()
+    block, block_inputs, block_dynamic = models.encoder_block_dynamic_seq()
+    yield "mlp", mlp, mlp_inputs, None
+    yield "encoder_block_dynamic_seq", block, block_inputs, block_dynamic
+    yield "counter_embedding", _Counter(), (torch.tensor([[1, 2, 3]]),), None
+    yield "partly_delegated", _PartlyDelegated(), (torch.randn(3, 8),), None
+
+
+def build(directory: pathlib.Path) -> list:
+    """Exports every corpus model into ``directory`` (once; reused when present)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    entries = []
+    torch.manual_seed(0)
+    for name, module, inputs, dynamic_shapes in _factories():
+        path = directory / f"{name}.pte"
+        if not path.exists():
+            etmlx.export(module, inputs, path, dynamic_shapes=dynamic_shapes)
+        entries.append(Entry(name, path.read_bytes(), [np.asarray(x.numpy()) for x in inputs]))
+    return entries
