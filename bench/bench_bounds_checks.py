@@ -44,15 +44,19 @@ def export(model, path: str, checked: bool) -> int:
     return delegate["nodes"].count("CheckIndex")
 
 
-def decode_seconds(program, steps: int) -> float:
-    """Median seconds of one decode step, after a prefill, over ``steps`` steps."""
-    program.prefill(np.array([PROMPT]), np.arange(len(PROMPT)))
-    times = []
+def decode_seconds(programs: dict, steps: int) -> dict:
+    """Median seconds of one decode step per program, after a prefill, over ``steps``
+    steps taken in turn (one step of each program, then the next position), so that
+    the machine's drift hits every program alike."""
+    for program in programs.values():
+        program.prefill(np.array([PROMPT]), np.arange(len(PROMPT)))
+    times = {key: [] for key in programs}
     for position in range(len(PROMPT), len(PROMPT) + steps):
-        start = time.perf_counter()
-        program.decode(np.array([[position % 100]]), np.array([position]))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for key, program in programs.items():
+            start = time.perf_counter()
+            program.decode(np.array([[position % 100]]), np.array([position]))
+            times[key].append(time.perf_counter() - start)
+    return {key: statistics.median(values) for key, values in times.items()}
 
 
 def main() -> None:
@@ -71,9 +75,9 @@ def main() -> None:
         for runtime in etmlx.RUNTIMES:
             programs = {checked: etmlx.load(path, runtime=runtime) for checked, path in paths.items()}
             best = {True: float("inf"), False: float("inf")}
-            for _ in range(args.rounds):  # interleaved, so drift hits both alike
-                for checked, program in programs.items():
-                    best[checked] = min(best[checked], decode_seconds(program, steps))
+            for _ in range(args.rounds):
+                for checked, seconds in decode_seconds(programs, steps).items():
+                    best[checked] = min(best[checked], seconds)
             print(f"  {runtime:<11} checked {best[True] * 1e3:.3f} ms, unchecked {best[False] * 1e3:.3f} ms: "
                   f"checks cost {(best[True] / best[False] - 1) * 100:+.1f}%")
 

@@ -37,6 +37,7 @@ class LoweringContext:
         self._ints: dict = {}  # fx node -> IntOrSlotT
         self.constant_values: dict = {}  # fx node -> torch.Tensor
         self._buffers: dict = {}  # buffer placeholder -> MutableBufferT
+        self._made_once: dict = {}  # key -> slot (``once``)
 
     # ------------------------------------------------------------ slots
     def new_tensor(self) -> TidT:
@@ -81,6 +82,14 @@ class LoweringContext:
     def is_buffer(self, node) -> bool:
         """A mutable buffer the delegate owns (``add_buffer``)."""
         return node in self._buffers
+
+    def once(self, key, make):
+        """The slot ``make()`` returns, made on the first call with ``key`` (hashable) and
+        reused after: for values rules would otherwise compute again, like the same
+        indices checked against the same bound for every layer's KV cache."""
+        if key not in self._made_once:
+            self._made_once[key] = make()
+        return self._made_once[key]
 
     # ------------------------------------------------------------ graph parts
     def emit(self, table, **fields) -> TidT:

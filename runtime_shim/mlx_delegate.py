@@ -17,10 +17,10 @@ from etmlx.serializer.generated.etmlx_ir.ValueKind import ValueKind
 from etmlx.serializer.ir import OP_NAMES, TidT, read_operands
 
 from .backends import register_backend
-from .errors import ExecutionError, IndexRangeError
+from .errors import ExecutionError
 from .limits import MAX_ARRAY_BYTES
 from .mlx_ops import HANDLERS
-from .mlx_ops.indexing import index_error
+from .mlx_ops.indexing import first_out_of_range, index_error
 from .mlx_ops.env import MX_DTYPES, NUMPY_STORAGE, Env
 from .state import ProgramState
 
@@ -65,30 +65,29 @@ class MlxDelegate:
         Raises IndexRangeError, changing no buffer, when a bounds check fails."""
         buffers = [self._state[name] for name, _ in self._buffer_slots]
         try:
-            outputs, updates, (failed, details) = self._compute(list(inputs), buffers)
-            mx.eval([o for o in outputs if isinstance(o, mx.array)] + updates + failed)
-            self._raise_failed_index_check(failed, details)
-        except (ExecutionError, IndexRangeError):
-            raise
+            outputs, updates, checks = self._compute(list(inputs), buffers)
+            mx.eval([o for o in outputs if isinstance(o, mx.array)] + updates + checks)
         except MLX_ERRORS as error:
             raise ExecutionError(f"MLX delegate failed: {error}") from error
+        self._raise_failed_index_check(checks)
         for (name, _), value in zip(self._buffer_updates, updates):
             self._state[name] = value
         return outputs
 
-    def _raise_failed_index_check(self, failed: list, details: list) -> None:
-        """The first failed CheckIndex's IndexRangeError; its details are evaluated only
-        now (MLX is lazy), so a call whose indices are fine does not pay for them."""
-        if not failed or not np.array(failed[0]).any():
-            return
-        for index, bad in enumerate(np.array(failed[0])):
-            if bad:
-                first, size = np.array(details[index]).tolist()
-                raise index_error(self._check_ops[index], first, size)
+    def _raise_failed_index_check(self, checks: list) -> None:
+        """The first CheckIndex whose evaluated indices leave their range, as an
+        IndexRangeError. Checked here, on the host, rather than in the graph: reading
+        a few indices costs less than the reductions a verdict in the graph needs."""
+        sizes = iter(checks[len(self._check_ops) :])  # those not stated by the payload
+        for op, indices in zip(self._check_ops, checks):
+            size = next(sizes).item() if op.size.isSlot else op.size.value
+            first = first_out_of_range(np.asarray(indices), size, op.wraps)
+            if first is not None:
+                raise index_error(op, first, size)
 
     def _interpret(self, inputs: list, buffers: list):
         """The graph as a pure function: (inputs, buffer values) -> (outputs, buffer
-        updates, ([the bounds checks' verdicts as one bool array] or [], [their details]))."""
+        updates, the checked indices then the sizes of their axes the payload does not state)."""
         graph = self._graph
         env = Env(graph.numTensorSlots, graph.numIntSlots)
         for value, arg in zip(graph.inputs, inputs):
@@ -106,8 +105,8 @@ class MlxDelegate:
             else:
                 env.tensors[out] = _within_limit(handler(op, env), op)
         outputs = [env.ints[v.slot] if v.kind == ValueKind.Int else env.tensors[v.slot] for v in graph.outputs]
-        failed = [mx.stack([verdict for verdict, _ in env.checks])] if env.checks else []
-        checks = (failed, [detail for _, detail in env.checks])
+        checks = [indices for indices, _ in env.checks]
+        checks += [mx.array(size, dtype=mx.int64) for op, (_, size) in zip(self._check_ops, env.checks) if op.size.isSlot]
         return outputs, [env.tensors[slot] for _, slot in self._buffer_updates], checks
 
     def execute(self, args: list) -> None:

@@ -28,12 +28,16 @@ _PASS_THROUGH = ("aten::_to_copy", "dim_order_ops::_to_dim_order_copy", "aten::c
 
 def checked_index(ctx, index: fx.Node, x: fx.Node, axis: int, wraps: bool):
     """The slot of ``index`` (indices into ``axis`` of ``x``), through a ``CheckIndex``
-    unless the indices are provably in range."""
+    unless the indices are provably in range; one check per indices and bound."""
     size = shape_of(x)[axis]
     if _provably_in_range(ctx, index, size, wraps):
         return ctx.tensor(index)
-    return ctx.emit(
-        CheckIndex, indices=ctx.tensor(index), size=dim_size(ctx, x, axis), wraps=wraps, what=_origin(ctx, index)
+    bound = size if isinstance(size, int) else (x, axis)  # a symbolic size: checked per tensor
+    return ctx.once(
+        (CheckIndex, index, bound, wraps),
+        lambda: ctx.emit(
+            CheckIndex, indices=ctx.tensor(index), size=dim_size(ctx, x, axis), wraps=wraps, what=_origin(ctx, index)
+        ),
     )
 
 

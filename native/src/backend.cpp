@@ -90,9 +90,8 @@ void run(Delegate& delegate, std::span<et::EValue*> args) {
   const auto outputs = args.subspan(delegate.num_inputs());
   std::vector<PreparedOutput> prepared;
   std::vector<mx::array> to_evaluate = results.buffer_updates;
-  if (results.index_failed) {
-    to_evaluate.push_back(*results.index_failed);
-  }
+  to_evaluate.insert(to_evaluate.end(), results.checked_indices.begin(), results.checked_indices.end());
+  to_evaluate.insert(to_evaluate.end(), results.checked_sizes.begin(), results.checked_sizes.end());
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (const auto* array = std::get_if<mx::array>(&results.outputs[i])) {
       if (!outputs[i]->isTensor()) {

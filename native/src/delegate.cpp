@@ -119,8 +119,8 @@ Delegate::Delegate(Payload payload, const NamedDataMap* named_data, std::shared_
   hoist_constant_steps(payload_.layout);
   for (const auto& step : steps_) {
     if (step.type == etmlx_ir::Op::CheckIndex) {
-      const auto* check = static_cast<const etmlx_ir::CheckIndex*>(step.table);
-      index_checks_.push_back({check->what() ? check->what()->str() : "an index", check->wraps()});
+      index_checks_.emplace_back(*static_cast<const etmlx_ir::CheckIndex*>(step.table));
+      num_checked_sizes_ += index_checks_.back().static_size() ? 0 : 1;
     }
   }
 
@@ -207,13 +207,15 @@ Delegate::Results Delegate::interpret(const std::vector<Value>& inputs, const st
   for (const auto& [name, slot] : buffer_updates_) {
     results.buffer_updates.push_back(env.tensor(slot));
   }
-  if (!env.index_checks().empty()) {
-    std::vector<mx::array> failed;
-    for (const auto& check : env.index_checks()) {
-      failed.push_back(check.failed);
-      results.index_details.push_back(check.detail);
+  const auto& checked = env.index_checks();
+  if (checked.size() != index_checks_.size()) {
+    throw std::logic_error("index checks of an unexpected count");
+  }
+  for (size_t i = 0; i < checked.size(); ++i) {
+    results.checked_indices.push_back(checked[i].indices);
+    if (!index_checks_[i].static_size()) {
+      results.checked_sizes.push_back(mx::array(checked[i].size, mx::int64));
     }
-    results.index_failed = mx::contiguous(mx::stack(failed));  // read in place by verify()
   }
   return results;
 }
@@ -230,10 +232,8 @@ std::vector<mx::array> Delegate::interpret_arrays(const std::vector<mx::array>& 
     flat.push_back(std::get<mx::array>(output));
   }
   flat.insert(flat.end(), results.buffer_updates.begin(), results.buffer_updates.end());
-  if (results.index_failed) {
-    flat.push_back(*results.index_failed);
-    flat.insert(flat.end(), results.index_details.begin(), results.index_details.end());
-  }
+  flat.insert(flat.end(), results.checked_indices.begin(), results.checked_indices.end());
+  flat.insert(flat.end(), results.checked_sizes.begin(), results.checked_sizes.end());
   return flat;
 }
 
@@ -268,35 +268,28 @@ Delegate::Results Delegate::compute(const std::vector<Value>& inputs) {
   if (!known) {
     compile_caches_.push_back(cache);
   }
-  Results results;
-  const auto updates = flat.begin() + static_cast<std::ptrdiff_t>(num_outputs());
-  const auto checks = updates + static_cast<std::ptrdiff_t>(buffer_updates_.size());
-  results.outputs.assign(flat.begin(), updates);
-  results.buffer_updates.assign(updates, checks);
-  if (checks != flat.end()) {
-    results.index_failed = *checks;
-    results.index_details.assign(checks + 1, flat.end());
+  if (flat.size() != num_outputs() + buffer_updates_.size() + index_checks_.size() + num_checked_sizes_) {
+    throw std::logic_error("a compiled graph with an unexpected count of results");
   }
+  Results results;
+  auto next = flat.begin();
+  const auto take = [&next](std::vector<mx::array>& into, size_t count) {
+    into.assign(next, next + static_cast<std::ptrdiff_t>(count));
+    next += static_cast<std::ptrdiff_t>(count);
+  };
+  results.outputs.assign(next, next + static_cast<std::ptrdiff_t>(num_outputs()));
+  next += static_cast<std::ptrdiff_t>(num_outputs());
+  take(results.buffer_updates, buffer_updates_.size());
+  take(results.checked_indices, index_checks_.size());
+  take(results.checked_sizes, num_checked_sizes_);
   return results;
 }
 
 void Delegate::verify(const Results& results) const {
-  if (!results.index_failed) {
-    return;
-  }
-  const auto& failed = *results.index_failed;  // evaluated with the call's results
-  if (failed.size() != index_checks_.size() || results.index_details.size() != index_checks_.size() ||
-      !failed.flags().row_contiguous) {
-    throw std::logic_error("index checks of an unexpected count");
-  }
-  const auto* verdicts = failed.data<bool>();
+  auto size = results.checked_sizes.begin();
   for (size_t i = 0; i < index_checks_.size(); ++i) {
-    if (verdicts[i]) {
-      auto detail = mx::contiguous(results.index_details[i]);
-      detail.eval();
-      const auto* values = detail.data<int64_t>();
-      throw IndexRangeError(index_range_message(index_checks_[i].what, index_checks_[i].wraps, values[0], values[1]));
-    }
+    const auto& check = index_checks_[i];
+    check.verify(results.checked_indices.at(i), check.static_size() ? *check.static_size() : (size++)->item<int64_t>());
   }
 }
 

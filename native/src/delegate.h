@@ -19,6 +19,7 @@
 #include <mlx/array.h>
 #include <mlx/compile_impl.h>
 
+#include "index_checks.h"
 #include "mlx_ops/registry.h"
 #include "payload.h"
 #include "program_state.h"
@@ -35,18 +36,18 @@ class Delegate {
   Delegate(const Delegate&) = delete;
   Delegate& operator=(const Delegate&) = delete;
 
-  // The call's results, not yet evaluated: evaluate `outputs`, `buffer_updates`
-  // and `index_failed` together, `verify` the checks, then `commit` the updates.
-  // A call that fails before `commit` leaves the buffers as they were.
+  // The call's results, not yet evaluated: evaluate all of them together,
+  // `verify` the index checks, then `commit` the updates. A call that fails
+  // before `commit` leaves the buffers as they were.
   struct Results {
     std::vector<Value> outputs;
     std::vector<mx::array> buffer_updates;
-    std::optional<mx::array> index_failed;   // a bool per CheckIndex, when the graph has any
-    std::vector<mx::array> index_details;    // per CheckIndex: int64 [first bad index, size]
+    std::vector<mx::array> checked_indices;  // per CheckIndex, in run order
+    std::vector<mx::array> checked_sizes;    // int64 scalars, per CheckIndex whose size is not static
   };
   Results compute(const std::vector<Value>& inputs);
-  // Throws IndexRangeError for the first failed CheckIndex of evaluated results;
-  // its details are evaluated only then (MLX is lazy).
+  // Throws IndexRangeError for the first CheckIndex whose evaluated indices are
+  // out of range.
   void verify(const Results& results) const;
   void commit(std::vector<mx::array> buffer_updates);
 
@@ -63,11 +64,6 @@ class Delegate {
     bool is_int;
     etmlx_ir::Op type;
   };
-  struct IndexCheck {
-    std::string what;
-    bool wraps;
-  };
-
   Results interpret(const std::vector<Value>& inputs, const std::vector<mx::array>& buffers) const;
   std::vector<mx::array> interpret_arrays(const std::vector<mx::array>& arrays) const;
   void hoist_constant_steps(const GraphLayout& layout);
@@ -78,6 +74,7 @@ class Delegate {
   std::vector<Step> steps_;
   std::vector<std::pair<uint32_t, mx::array>> constants_;
   std::vector<IndexCheck> index_checks_;  // per CheckIndex step, in the order they run
+  size_t num_checked_sizes_ = 0;          // how many of them have no static size
   std::vector<std::pair<std::string, uint32_t>> buffer_slots_;    // buffer name, slot it is read from
   std::vector<std::pair<std::string, uint32_t>> buffer_updates_;  // buffer name, slot of its new value
   std::vector<etmlx_ir::ValueKind> input_kinds_;

@@ -44,8 +44,8 @@ class Env:
     def __init__(self, num_tensors: int, num_ints: int):
         self.tensors = [None] * num_tensors
         self.ints = [0] * num_ints
-        # Per CheckIndex run, in node order: (whether any index is out of range, a bool;
-        # the first such index and the axis size, int64, evaluated only when one is).
+        # Per CheckIndex run, in node order: (its indices, the size of the axis they
+        # index), checked on the host once the call is evaluated.
         self.checks = []
 
     def t(self, ref) -> mx.array:

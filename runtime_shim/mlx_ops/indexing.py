@@ -9,6 +9,7 @@ only keeps a damaged or crafted payload from reading out of bounds.
 """
 
 import mlx.core as mx
+import numpy as np
 
 from ..errors import IndexRangeError
 
@@ -67,26 +68,33 @@ def _index_put(op, env):
 
 
 def _check_index(op, env):
-    """Records whether any index is out of range, evaluated with the call's results (see
-    CheckIndex in schema.fbs); passes the indices on."""
-    indices, size = env.t(op.indices), env.size(op.size)
-    if indices.size == 0:
-        env.checks.append((mx.array(False), mx.array([0, size], dtype=mx.int64)))
-        return indices
-    if size == 0:
-        raise IndexRangeError(f"{op.what} indexes a dimension of size 0")
-    wide = mx.contiguous(indices if indices.dtype in (mx.int32, mx.int64) else indices.astype(mx.int64))
-    bad = ((wide < (-size if op.wraps else 0)) | (wide >= size)).reshape(-1)  # comparisons only: no overflow
-    first = mx.take(wide.reshape(-1), mx.argmax(bad.astype(mx.uint8)))
-    env.checks.append((mx.any(bad), mx.stack([first.astype(mx.int64), mx.array(size, mx.int64)])))
+    """Passes the indices on, and records them with their bound: the runtime checks
+    them on the host once the call is evaluated (see CheckIndex in schema.fbs)."""
+    indices = env.t(op.indices)
+    if not mx.issubdtype(indices.dtype, mx.integer):
+        raise TypeError(f"indices of dtype {indices.dtype}")
+    env.checks.append((indices, env.size(op.size)))
     return indices
+
+
+_FEW = 16
+
+
+def first_out_of_range(indices: np.ndarray, size: int, wraps: bool):
+    """The first index (in row-major order) outside the range PyTorch accepts, or None."""
+    low, flat = (-size if wraps else 0), indices.reshape(-1)
+    if flat.size <= _FEW:  # a token id, a cache position: Python compares faster than numpy
+        return next((value for value in flat.tolist() if not low <= value < size), None)
+    bad = (flat < low) | (flat >= size)  # comparisons only: no overflow
+    return int(flat[bad.argmax()]) if bad.any() else None
 
 
 def index_error(op, first: int, size: int) -> IndexRangeError:
     """The error a failed CheckIndex raises, in PyTorch's terms."""
-    what, wraps = op.what, op.wraps
-    valid = f"{-size} to {size - 1}" if wraps else f"0 to {size - 1}"
-    return IndexRangeError(f"{what} holds index {first}, out of range for a dimension of size {size} (valid: {valid})")
+    valid = "none" if size == 0 else f"{-size if op.wraps else 0} to {size - 1}"
+    return IndexRangeError(
+        f"{op.what} holds index {first}, out of range for a dimension of size {size} (valid: {valid})"
+    )
 
 
 HANDLERS = {

@@ -126,3 +126,36 @@ def test_indices_computed_from_nan_raise_and_read_nothing_out_of_bounds():
     x[2] = float("nan")
     with pytest.raises(IndexRangeError, match="an index computed from input 'x'"):
         lowered.program.forward(x)
+
+
+def test_one_check_per_indices_and_bound():
+    """Every layer's KV cache is written at the same position: checked once per size."""
+
+    class Caches(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            for name, length in (("k", 6), ("v", 6), ("w", 4)):
+                self.register_buffer(name, torch.zeros(length, 2))
+
+        def forward(self, position, x):
+            self.k[position] = x
+            self.v[position] = x
+            self.w[position] = x
+            return self.k + self.v, self.w.clone()
+
+    x = torch.ones(1, 2)
+    lowered = delegated(Caches(), (torch.tensor([1]), x))
+    assert lowered.nodes.count("CheckIndex") == 2
+    with _raises_like_eager(Caches(), (torch.tensor([5]), x), r"holds index 5, out of range for a dimension of size 4"):
+        lowered.program.forward(torch.tensor([5]), x)
+
+
+def test_strided_indices_report_the_first_bad_one_in_their_own_order():
+    """Indices the graph transposes are a strided view: the host-side check walks them
+    in row-major order (9 comes first there, 7 first in memory)."""
+    fn = lambda x, i: x[:, i.t()]  # noqa: E731
+    x = torch.randn(3, 5)
+    lowered = delegated(fn, (x, torch.tensor([[0, 1, 2], [3, 4, 0]])), nodes=["CheckIndex", "Transpose"])
+    bad = torch.tensor([[0, 1, 7], [9, 2, 3]])
+    with _raises_like_eager(Fn(fn), (x, bad), r"holds index 9, out of range for a dimension of size 5"):
+        lowered.program.forward(x, bad)

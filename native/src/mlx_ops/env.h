@@ -43,17 +43,14 @@ class Env {
     return shape;
   }
 
-  // Per CheckIndex run, in node order: whether any index is out of range (a
-  // bool, evaluated with the call's results), and the first such index and the
-  // axis size (int64, evaluated only when one is).
-  struct IndexCheck {
-    mx::array failed;
-    mx::array detail;
+  // Per CheckIndex run, in node order: its indices and the size of the axis
+  // they index, checked on the host once the call is evaluated (index_checks.h).
+  struct CheckedIndices {
+    mx::array indices;
+    int64_t size;
   };
-  void add_index_check(mx::array failed, mx::array detail) {
-    index_checks_.push_back({std::move(failed), std::move(detail)});
-  }
-  const std::vector<IndexCheck>& index_checks() const { return index_checks_; }
+  void add_index_check(mx::array indices, int64_t size) { index_checks_.push_back({std::move(indices), size}); }
+  const std::vector<CheckedIndices>& index_checks() const { return index_checks_; }
 
   static int32_t dim(int64_t value) {
     if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
@@ -65,7 +62,7 @@ class Env {
  private:
   std::vector<std::optional<mx::array>> tensors_;
   std::vector<int64_t> ints_;
-  std::vector<IndexCheck> index_checks_;
+  std::vector<CheckedIndices> index_checks_;
 };
 
 // A vector of int fields as std::vector<int> (MLX's axes and sizes).

@@ -16,7 +16,6 @@
 
 #include <mlx/ops.h>
 
-#include "../errors.h"
 #include "registry.h"
 
 namespace etmlx::native {
@@ -177,26 +176,14 @@ mx::array index_put(const etmlx_ir::IndexPut& op, Env& env) {
   return op.accumulate() ? mx::scatter_add(x, key.indices, values, axes) : mx::scatter(x, key.indices, values, axes);
 }
 
-// Records whether any index is out of range, evaluated with the call's results
-// (see CheckIndex in schema.fbs); passes the indices on.
+// Passes the indices on, and records them with their bound for the host-side
+// check (see CheckIndex in schema.fbs).
 mx::array check_index(const etmlx_ir::CheckIndex& op, Env& env) {
   const auto& indices = env.t(op.indices());
-  const int64_t size = env.size(op.size());
-  if (indices.size() == 0) {
-    env.add_index_check(mx::array(false), mx::array({int64_t{0}, size}, mx::int64));
-    return indices;
+  if (!mx::issubdtype(indices.dtype(), mx::integer)) {
+    throw std::invalid_argument("indices must be integers");
   }
-  if (size == 0) {
-    throw IndexRangeError((op.what() ? op.what()->str() : std::string("an index")) + " indexes a dimension of size 0");
-  }
-  const bool wide = indices.dtype() == mx::int32 || indices.dtype() == mx::int64;
-  const auto values = mx::contiguous(wide ? indices : mx::astype(indices, mx::int64));  // see in_bounds
-  const auto dtype = values.dtype();
-  const auto low = mx::array(op.wraps() ? -size : 0, dtype);  // comparisons only: no overflow
-  const auto bad =
-      mx::reshape(mx::logical_or(mx::less(values, low), mx::greater_equal(values, mx::array(size, dtype))), {-1});
-  const auto first = mx::take(mx::reshape(values, {-1}), mx::argmax(mx::astype(bad, mx::uint8)));
-  env.add_index_check(mx::any(bad), mx::stack({mx::astype(first, mx::int64), mx::array(size, mx::int64)}));
+  env.add_index_check(indices, env.size(op.size()));
   return indices;
 }
 
@@ -211,12 +198,6 @@ mx::array take_along_axis(const etmlx_ir::TakeAlongAxis& op, Env& env) {
 }
 
 }  // namespace
-
-std::string index_range_message(const std::string& what, bool wraps, int64_t first, int64_t size) {
-  const auto low = wraps ? std::to_string(-size) : std::string("0");
-  return what + " holds index " + std::to_string(first) + ", out of range for a dimension of size " +
-         std::to_string(size) + " (valid: " + low + " to " + std::to_string(size - 1) + ")";
-}
 
 void register_indexing(Registry& r) {
   r.tensor<etmlx_ir::CheckIndex, check_index>();

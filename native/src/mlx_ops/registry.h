@@ -69,9 +69,6 @@ void register_scan(Registry& registry);
 void register_shape(Registry& registry);
 void register_sizes(Registry& registry);
 
-// The IndexRangeError message of a failed CheckIndex, in PyTorch's terms.
-std::string index_range_message(const std::string& what, bool wraps, int64_t first, int64_t size);
-
 // A family's op enum -> function table, in enum order, complete: checked at
 // compile time by each family with `covers_enum`.
 template <class Enum, class Fn, size_t N>
