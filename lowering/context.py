@@ -77,6 +77,8 @@ class LoweringContext:
         return [self.size(v) for v in values]
 
     def is_constant(self, node) -> bool:
+        """Whether ``node``'s value is known at export: a frozen placeholder, or a value
+        folded from constants during lowering."""
         return isinstance(node, fx.Node) and node in self.constant_values
 
     def is_buffer(self, node) -> bool:

@@ -2,19 +2,9 @@
 
 import torch
 
-from etmlx.serializer.generated.etmlx_ir.DType import DType
+from etmlx.serializer.ir import TORCH_DTYPE_NAMES
 
-TORCH_TO_IR = {
-    torch.bool: DType.Bool,
-    torch.uint8: DType.UInt8,
-    torch.int8: DType.Int8,
-    torch.int16: DType.Int16,
-    torch.int32: DType.Int32,
-    torch.int64: DType.Int64,
-    torch.float16: DType.Float16,
-    torch.bfloat16: DType.BFloat16,
-    torch.float32: DType.Float32,
-}
+TORCH_TO_IR = {getattr(torch, name): dtype for dtype, name in TORCH_DTYPE_NAMES.items()}
 
 FLOATING = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -30,7 +20,7 @@ def fill_fields(value, dtype: torch.dtype) -> dict:
     return {"intValue": int(value), "dtype": ir_dtype(dtype)}
 
 
-def unsupported_dtype_reason(dtype: torch.dtype):
+def check_dtype(dtype: torch.dtype):
     if dtype in TORCH_TO_IR:
         return None
     return f"dtype {str(dtype).replace('torch.', '')} is not computed by MLX here"

@@ -16,15 +16,13 @@ from etmlx.serializer import serialize
 from . import rules  # noqa: F401  (registers every rule)
 from .context import LoweringContext
 from .folding import fold_constant
+from .fusions import fuse
 from .passes import remove_dead_nodes
-from .registry import check_node, getitem_source, mark_constants, rule_for
-
-BACKEND_ID = "EtMlxBackend"
-
+from .registry import check_node, getitem_source, mark_frozen_placeholders, rule_for
 
 class EtMlxBackend(BackendDetails):
     """Named ``EtMlxBackend``, not ``MLXBackend``: ExecuTorch looks backends up by class
-    name and its wheel already ships an ``MLXBackend``."""
+    name and its wheel already ships an ``MLXBackend``. Its name is ``BACKEND_ID``."""
 
     @staticmethod
     def preprocess(edge_program: ExportedProgram, compile_specs: List[CompileSpec]) -> PreprocessResult:
@@ -39,7 +37,7 @@ class EtMlxBackend(BackendDetails):
 def lower_program(program: ExportedProgram, store: NamedDataStore):
     """Lowers every node of ``program`` (already checked by the partitioner) to a GraphT."""
     ctx = LoweringContext(store)
-    mark_constants(program)
+    mark_frozen_placeholders(program)
     signature = program.graph_signature
     mutated = set(signature.buffers_to_mutate.values())
     constant_names = {
@@ -76,7 +74,8 @@ def _lower_node(ctx: LoweringContext, node) -> None:
     reason = check_node(node)
     if reason is not None:
         raise ExportError(f"etmlx cannot lower {node.format_node()}: {reason}")
-    rule_for(node).lower(ctx, node)
+    if not fuse(ctx, node):
+        rule_for(node).lower(ctx, node)
 
 
 def _lower_outputs(ctx: LoweringContext, program: ExportedProgram, node, placeholders) -> None:

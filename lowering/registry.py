@@ -12,7 +12,7 @@ from typing import Callable, Optional
 import torch
 from torch import fx
 
-from .dtypes import unsupported_dtype_reason
+from .dtypes import check_dtype
 
 Check = Callable[[fx.Node], Optional[str]]
 
@@ -66,16 +66,16 @@ def check_node(node: fx.Node) -> Optional[str]:
     for source in tensors:
         for value in values_of(source):
             if isinstance(value, torch.Tensor):
-                reason = unsupported_dtype_reason(value.dtype)
+                reason = check_dtype(value.dtype)
                 if reason:
                     return reason
     return rule.check(node)
 
 
-CONSTANT = "etmlx_constant"
+FROZEN = "etmlx_frozen"
 
 
-def mark_constants(program) -> None:
+def mark_frozen_placeholders(program) -> None:
     """Flags the placeholders whose values are fixed at export (weights, frozen buffers,
     lifted constants), so checks can tell a constant operand from a run-time input."""
     signature = program.graph_signature
@@ -91,11 +91,13 @@ def mark_constants(program) -> None:
     }
     for node in program.graph.nodes:
         if node.op == "placeholder":
-            node.meta[CONSTANT] = node.name in fixed
+            node.meta[FROZEN] = node.name in fixed
 
 
-def is_constant(node) -> bool:
-    return isinstance(node, fx.Node) and node.meta.get(CONSTANT, False)
+def is_frozen_placeholder(node) -> bool:
+    """A weight, frozen buffer or lifted constant: fixed at export, before any rule ran.
+    (``LoweringContext.is_constant`` also knows the values rules fold at lowering.)"""
+    return isinstance(node, fx.Node) and node.meta.get(FROZEN, False)
 
 
 def rule_for(node: fx.Node) -> Rule:

@@ -10,10 +10,11 @@ from torch.export import ExportedProgram
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from etmlx.lowering.preprocess import BACKEND_ID
-from etmlx.lowering.registry import check_node, getitem_source, mark_constants, op_name
+from etmlx.lowering.preprocess import EtMlxBackend  # noqa: F401  (ExecuTorch finds backends by class name)
+from etmlx.serializer import BACKEND_ID
+from etmlx.lowering.registry import check_node, getitem_source, mark_frozen_placeholders, op_name
 
-from .fused_calls import retarget_fused_calls
+from etmlx.lowering.fusions.fused_calls import retarget_fused_calls
 from .report import PartitionReport
 
 log = logging.getLogger("etmlx")
@@ -25,7 +26,8 @@ class _Support(OperatorSupportBase):
     def __init__(self):
         self.verdicts: dict = {}
 
-    def reason(self, node):
+    def check(self, node):
+        """None when MLX takes ``node``; otherwise why not."""
         if node not in self.verdicts:
             self.verdicts[node] = self._decide(node)
         return self.verdicts[node]
@@ -33,17 +35,17 @@ class _Support(OperatorSupportBase):
     def _decide(self, node):
         source = getitem_source(node)
         if source is not None:
-            return self.reason(source)
+            return self.check(source)
         if _produces_int(node) and node.users:
             # A size (sym_size, size arithmetic) goes wherever every user of it goes.
             reason = check_node(node)
-            if reason is None and not all(self.reason(user) is None for user in node.users):
+            if reason is None and not all(self.check(user) is None for user in node.users):
                 reason = "its result is used by a call that stays outside MLX"
             return reason
         return check_node(node)
 
     def is_node_supported(self, submodules, node) -> bool:
-        return node.op == "call_function" and self.reason(node) is None
+        return node.op == "call_function" and self.check(node) is None
 
 
 def _produces_int(node) -> bool:
@@ -69,13 +71,13 @@ class MlxPartitioner(Partitioner):
         return retarget_fused_calls(exported_program, self.report)
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
-        mark_constants(exported_program)
+        mark_frozen_placeholders(exported_program)
         support = _Support()
         graph_module = exported_program.graph_module
         report = PartitionReport()
         for node in graph_module.graph.nodes:
             if node.op == "call_function" and node.target is not operator.getitem:
-                report.record(op_name(node.target), node.name, support.reason(node))
+                report.record(op_name(node.target), node.name, support.check(node))
         self.report.merge(report)
         for line in report.declined_lines():
             log.info("%s", line)

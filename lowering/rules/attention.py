@@ -1,6 +1,6 @@
 """Scaled dot-product attention on ``mx.fast.scaled_dot_product_attention``, and roll.
 
-``sdpa_reason`` decides, from example values alone, whether MLX's fused kernel
+``check_sdpa`` decides, from example values alone, whether MLX's fused kernel
 computes exactly what PyTorch does for one call. The partitioner asks it before
 decomposition (to retarget the call to ``etmlx::sdpa``) and lowering asks it again
 for the custom op: one decision, two places.
@@ -33,7 +33,7 @@ def _same(a, b) -> bool:
     return statically_known_true(a == b)
 
 
-def sdpa_reason(q, k, v, mask, dropout_p=0.0, is_causal=False, enable_gqa=False) -> Optional[str]:
+def check_sdpa(q, k, v, mask, dropout_p=0.0, is_causal=False, enable_gqa=False) -> Optional[str]:
     """None when the fused kernel computes this call exactly; otherwise why not."""
     rank = q.dim()
     if not 2 <= rank <= 4:
@@ -53,7 +53,7 @@ def sdpa_reason(q, k, v, mask, dropout_p=0.0, is_causal=False, enable_gqa=False)
     if not _same(k.shape[-2], v.shape[-2]) or not _same(q.shape[-1], k.shape[-1]):
         return "k/v lengths or q/k head dims differ"
     if rank >= 3:
-        reason = _heads_reason(q.shape[-3], k.shape[-3], v.shape[-3], enable_gqa)
+        reason = _check_heads(q.shape[-3], k.shape[-3], v.shape[-3], enable_gqa)
         if reason:
             return reason
     if is_causal and not _same(q.shape[-2], k.shape[-2]):
@@ -67,7 +67,7 @@ def sdpa_reason(q, k, v, mask, dropout_p=0.0, is_causal=False, enable_gqa=False)
     return None
 
 
-def _heads_reason(q_heads, k_heads, v_heads, enable_gqa) -> Optional[str]:
+def _check_heads(q_heads, k_heads, v_heads, enable_gqa) -> Optional[str]:
     if not _same(k_heads, v_heads):
         return "k and v with different head counts"
     if _same(k_heads, q_heads) or _same(k_heads, 1):
@@ -89,7 +89,7 @@ def _check_sdpa(node):
     """The same decision for the custom op; fewer k/v heads here can only come from an
     accepted GQA call (enable_gqa, or an absorbed repeat), hence enable_gqa=True."""
     q, k, v, mask, is_causal, _ = _values(node, 6)
-    return sdpa_reason(q, k, v, mask, is_causal=is_causal, enable_gqa=True)
+    return check_sdpa(q, k, v, mask, is_causal=is_causal, enable_gqa=True)
 
 
 @lowers("etmlx::sdpa", check=_check_sdpa)
@@ -136,7 +136,7 @@ def _zero_fully_masked_rows(ctx, out, mask_slot, mask_dtype, out_dtype):
     return ctx.emit(Where, cond=any_key, a=out, b=zero)
 
 
-def roll_reason(x, shifts, dims) -> Optional[str]:
+def check_roll(x, shifts, dims) -> Optional[str]:
     if not dims or len(shifts) != len(dims):
         return "roll over the flattened tensor, or with shifts and dims of different lengths"
     if not all(isinstance(v, int) for v in (*shifts, *dims)):
@@ -146,7 +146,7 @@ def roll_reason(x, shifts, dims) -> Optional[str]:
 
 def _check_roll(node):
     x, shifts, dims = node.args[:3]
-    return roll_reason(x.meta["val"], shifts, dims)
+    return check_roll(x.meta["val"], shifts, dims)
 
 
 @lowers("etmlx::roll", check=_check_roll)

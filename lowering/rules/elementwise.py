@@ -13,7 +13,6 @@ from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
 from etmlx.serializer.generated.etmlx_ir.UnaryOp import UnaryOp
 
 from ..registry import lowers
-from .normalization import lower_rms_norm, rms_norm_parts
 from .common import as_dtype, out_dtype
 
 
@@ -69,10 +68,6 @@ ARITHMETIC = {
 @lowers(*ARITHMETIC)
 def _lower_binary(ctx, node):
     a, b = node.args[:2]
-    if node.target.name() == "aten::mul.Tensor":
-        rms_norm = rms_norm_parts(ctx, a, b)
-        if rms_norm is not None:
-            return lower_rms_norm(ctx, node, *rms_norm)
     ctx.bind(node, _binary(ctx, node, ARITHMETIC[node.target.name()], a, b))
 
 

@@ -1,7 +1,7 @@
-"""Softmax, layer norm, group norm and batch norm in eval mode."""
+"""Softmax, layer norm, group norm and batch norm in eval mode (RMS norm written out is a
+fusion: ``lowering/fusions/rms_norm.py``)."""
 
 import torch
-from torch import fx
 
 from etmlx.serializer.generated.etmlx_ir import (
     AsType,
@@ -10,7 +10,6 @@ from etmlx.serializer.generated.etmlx_ir import (
     LogSoftmax,
     Reduce,
     Reshape,
-    RmsNorm,
     Softmax,
     Unary,
     Variance,
@@ -21,7 +20,7 @@ from etmlx.serializer.generated.etmlx_ir.UnaryOp import UnaryOp
 from etmlx.serializer.ir import int_or_slot
 
 from ..dtypes import ir_dtype
-from ..registry import is_constant, lowers, op_name
+from ..registry import is_frozen_placeholder, lowers
 from .common import as_dtype, dim_size, normalize_axis, out_dtype, rank_of, users_use_only_output
 
 
@@ -60,7 +59,7 @@ def _lower_layer_norm(ctx, node):
 
 def _check_batch_norm(node):
     # args: input, weight, bias, running_mean, running_var, momentum, eps
-    if not all(arg is None or is_constant(arg) for arg in node.args[1:5]):
+    if not all(arg is None or is_frozen_placeholder(arg) for arg in node.args[1:5]):
         return "batch norm with non-constant weight or statistics (etmlx folds constant ones)"
     return users_use_only_output(node)
 
@@ -118,33 +117,3 @@ def _lower_group_norm(ctx, node):
     if bias is not None:
         out = ctx.emit(Binary, op=BinaryOp.Add, a=out, b=_per_channel(ctx, bias, rank, dtype))
     ctx.bind(node, out, index=0)
-
-
-def _call(node, *names) -> bool:
-    return isinstance(node, fx.Node) and node.op == "call_function" and op_name(node.target) in names
-
-
-def rms_norm_parts(ctx, a, b):
-    """``(x, eps)`` when ``a * b`` is ``x * rsqrt(mean(x ** 2, -1, keepdim=True) + eps)``,
-    the RMS normalization Llama-style models write out, else None. Lowering then emits
-    one ``RmsNorm`` (mx.fast.rms_norm); the pieces it replaces are removed as dead nodes."""
-    for x, inverse in ((a, b), (b, a)):
-        if not _call(inverse, "aten::rsqrt") or not _call(inverse.args[0], "aten::add.Tensor", "aten::add.Scalar"):
-            continue
-        mean, eps = inverse.args[0].args[:2]
-        if ctx.is_constant(eps) and ctx.constant_values[eps].numel() == 1:
-            eps = ctx.constant_values[eps].item()
-        if not isinstance(eps, (int, float)) or not _call(mean, "aten::mean.dim"):
-            continue
-        dims, keepdim = mean.args[1], (mean.args[2] if len(mean.args) > 2 else mean.kwargs.get("keepdim", False))
-        square = mean.args[0]
-        over_last_axis = list(dims) in ([-1], [rank_of(x) - 1])
-        if not keepdim or not over_last_axis or not _call(square, "aten::pow.Tensor_Scalar"):
-            continue
-        if square.args[0] is x and square.args[1] == 2 and x.meta["val"].dtype in (torch.float32, torch.float16, torch.bfloat16):
-            return x, float(eps)
-    return None
-
-
-def lower_rms_norm(ctx, node, x, eps) -> None:
-    ctx.bind(node, ctx.emit(RmsNorm, x=ctx.tensor(x), hasWeight=False, eps=eps))

@@ -1,7 +1,8 @@
 """Per-call retargeting of fused ops, before decomposition.
 
 ExecuTorch's ``ops_to_not_decompose`` keeps an operator whole for every call once any
-call is claimed, and its per-node filter breaks ordinary attention blocks (DESIGN.md).
+call is claimed, and its per-node filter breaks ordinary attention blocks
+(docs/architecture.md, "ExecuTorch traps").
 Instead each call that MLX accepts is rewritten to an ``etmlx::`` custom op, which no
 decomposition touches; declined calls stay aten and decompose into primitives that
 MLX claims one by one. The acceptance test is the lowering rule's own check.
@@ -15,10 +16,10 @@ import torch
 from torch import fx
 
 import etmlx.lowering.custom_ops  # noqa: F401  (registers torch.ops.etmlx.*)
-from etmlx.lowering.dtypes import unsupported_dtype_reason
-from etmlx.lowering.rules.attention import roll_reason, sdpa_reason
+from etmlx.lowering.dtypes import check_dtype
+from etmlx.lowering.rules.attention import check_roll, check_sdpa
 
-from .report import PartitionReport
+from etmlx.partitioner.report import PartitionReport
 
 aten = torch.ops.aten
 
@@ -26,7 +27,7 @@ aten = torch.ops.aten
 @dataclass(frozen=True)
 class FusedOp:
     aten_op: object
-    reason: Callable  # (node) -> reason or None
+    check: Callable  # (node) -> None when MLX takes the call, else why not
     rewrite: Callable  # (graph, node) -> new node computing the same value
 
 
@@ -80,10 +81,10 @@ def _absorbed_repeats(args):
     return k_src, v_src
 
 
-def _sdpa_reason(node):
+def _check_sdpa_call(node):
     a = _sdpa_args(node)
     k, v = _absorbed_repeats(a)
-    return sdpa_reason(
+    return check_sdpa(
         _val(a["query"]), _val(k), _val(v), _val(a["attn_mask"]),
         a["dropout_p"], a["is_causal"], a["enable_gqa"] or k is not a["key"],
     )
@@ -106,9 +107,9 @@ def _roll_args(node):
     return x, shifts, dims
 
 
-def _roll_reason(node):
+def _check_roll_call(node):
     x, shifts, dims = _roll_args(node)
-    return unsupported_dtype_reason(_val(x).dtype) or roll_reason(_val(x), shifts, dims)
+    return check_dtype(_val(x).dtype) or check_roll(_val(x), shifts, dims)
 
 
 def _roll_rewrite(graph, node):
@@ -116,8 +117,8 @@ def _roll_rewrite(graph, node):
 
 
 FUSED_OPS = [
-    FusedOp(aten.scaled_dot_product_attention.default, _sdpa_reason, _sdpa_rewrite),
-    FusedOp(aten.roll.default, _roll_reason, _roll_rewrite),
+    FusedOp(aten.scaled_dot_product_attention.default, _check_sdpa_call, _sdpa_rewrite),
+    FusedOp(aten.roll.default, _check_roll_call, _roll_rewrite),
 ]
 
 
@@ -130,7 +131,7 @@ def retarget_fused_calls(program, report: PartitionReport):
         fused = by_target.get(node.target) if node.op == "call_function" else None
         if fused is None:
             continue
-        reason = fused.reason(node)
+        reason = fused.check(node)
         if reason is not None:
             report.record_decomposed(node.target.name(), node.name, reason)
             continue
