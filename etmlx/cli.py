@@ -32,7 +32,8 @@ def main(argv=None) -> int:
 
     inspect = commands.add_parser("inspect", help="show methods, MLX nodes, constants and outside kernels")
     inspect.add_argument("pte")
-    inspect.add_argument("--json", action="store_true", help="machine-readable output")
+    inspect.add_argument("--json", action="store_true", help="machine-readable output (lists every constant)")
+    inspect.add_argument("--constants", action="store_true", help="list every constant, not only their count")
     inspect.set_defaults(handler=_inspect)
 
     args = parser.parse_args(argv)
@@ -135,7 +136,7 @@ def _inspect(args) -> int:
     from .inspection import format_text, inspect_program
 
     report = inspect_program(args.pte)
-    print(json.dumps(report, indent=2) if args.json else format_text(report))
+    print(json.dumps(report, indent=2) if args.json else format_text(report, constants=args.constants))
     return 0
 
 

@@ -3,9 +3,8 @@
 import textwrap
 
 from etmlx.runtime_shim.describe import describe
-from etmlx.runtime_shim.mlx_delegate import BACKEND_ID
 from etmlx.runtime_shim.pte_file import read_pte
-from etmlx.serializer import deserialize, node_type
+from etmlx.serializer import BACKEND_ID, deserialize, node_type
 from etmlx.serializer.ir import DTYPE_NAMES
 
 
@@ -47,7 +46,9 @@ def _named(tensor) -> dict:
     return {"key": tensor.key, "dtype": DTYPE_NAMES[tensor.dtype].lower(), "shape": list(tensor.shape or [])}
 
 
-def format_text(report: dict) -> str:
+def format_text(report: dict, constants: bool = False) -> str:
+    """The report for people: per delegate its nodes, buffers, and its constants as one
+    summary line (count and bytes), or one line each with ``constants``."""
     lines = [f"file size: {report['file_size']} bytes"]
     for name, method in report["methods"].items():
         lines.append(f"method {name}:")
@@ -60,9 +61,13 @@ def format_text(report: dict) -> str:
                 chain = textwrap.wrap(" -> ".join(delegate["nodes"]), 96, break_on_hyphens=False)
                 lines.append(f"    nodes ({len(delegate['nodes'])}):")
                 lines.extend(f"      {part}" for part in chain)
-                for label in ("constants", "buffers"):
+                sizes = report["named_data"]
+                if not constants:
+                    total = sum(sizes.get(tensor["key"], 0) for tensor in delegate["constants"])
+                    lines.append(f"    constants: {len(delegate['constants'])}, {total} bytes (--constants lists them)")
+                for label in ("constants", "buffers") if constants else ("buffers",):
                     for tensor in delegate[label]:
-                        size = report["named_data"].get(tensor["key"], 0)
+                        size = sizes.get(tensor["key"], 0)
                         lines.append(
                             f"    {label[:-1]} {tensor['dtype']}{tensor['shape']}: {size} bytes ({tensor['key']})"
                         )

@@ -72,13 +72,3 @@ class PartitionReport:
                 for node_name, reason in getattr(entry, kind):
                     lines.append(f"    {node_name} ({kind}): {reason}")
         return "\n".join(lines)
-
-    def to_dict(self) -> dict:
-        return {
-            op: {
-                "delegated": e.delegated,
-                "declined": [{"node": n, "reason": r} for n, r in e.declined],
-                "decomposed": [{"node": n, "reason": r} for n, r in e.decomposed],
-            }
-            for op, e in sorted(self.operators.items())
-        }

@@ -1,8 +1,8 @@
 """ExecuTorch ScalarType ints and their numpy / torch / mlx counterparts, in one place.
 
 numpy has no bfloat16, so bfloat16 tensors are held as uint16 numpy arrays holding
-the same bits; ``torch_dtype`` and ``mx_dtype`` give the real bfloat16 type for a
-``.view()`` of those bits.
+the same bits; ``torch_dtype`` gives the real bfloat16 type for a ``.view()`` of those
+bits.
 """
 
 from dataclasses import dataclass
@@ -26,11 +26,6 @@ class DType:
         import torch
 
         return getattr(torch, self.name)
-
-    def mx_dtype(self):
-        import mlx.core as mx
-
-        return getattr(mx, self.name)
 
 
 _TABLE = [

@@ -12,7 +12,7 @@ import os
 import mlx.core as mx
 import numpy as np
 
-from etmlx.serializer import PayloadError, deserialize
+from etmlx.serializer import BACKEND_ID, PayloadError, deserialize
 from etmlx.serializer.generated.etmlx_ir.ValueKind import ValueKind
 from etmlx.serializer.ir import OP_NAMES, TidT, read_operands
 
@@ -24,7 +24,6 @@ from .mlx_ops.indexing import first_out_of_range, index_error
 from .mlx_ops.env import MX_DTYPES, NUMPY_STORAGE, Env
 from .state import ProgramState
 
-BACKEND_ID = "EtMlxBackend"
 # What MLX's Python API raises for bad shapes, axes and arguments.
 MLX_ERRORS = (ValueError, RuntimeError, TypeError, OverflowError, IndexError)
 _CHECK_INDEX = HANDLERS["CheckIndex"]
@@ -44,7 +43,7 @@ class MlxDelegate:
             for c in graph.constants or []
         }
         try:
-            self._steps = _hoist_constant_nodes([_step(node) for node in graph.nodes or []], constants)
+            self._steps = _hoist_constant_nodes([_step(i, node) for i, node in enumerate(graph.nodes or [])], constants)
         except MLX_ERRORS as error:  # the payload's constant part does not compute: malformed
             raise PayloadError(f"a node over constants fails: {error}") from error
         self._constants = list(constants.items())
@@ -155,12 +154,16 @@ def _hoist_constant_nodes(steps: list, constants: dict) -> list:
     return remaining
 
 
-def _step(node):
-    name = OP_NAMES[node.opType]
+def _step(index: int, node):
+    """(handler, op, slot written, whether it is an int slot) of node ``index``."""
+    name = OP_NAMES[node.opType]  # known: the validator rejects other types
+    handler = HANDLERS.get(name)
+    if handler is None:  # a payload newer than this runtime's handlers
+        raise PayloadError(f"node {index} ({name}): no handler in this runtime")
     op = node.op
     if hasattr(op, "outInt") and op.outInt is not None:
-        return HANDLERS[name], op, op.outInt.value, True
-    return HANDLERS[name], op, op.out.idx, False
+        return handler, op, op.outInt.value, True
+    return handler, op, op.out.idx, False
 
 
 def _named_array(named, named_data) -> mx.array:

@@ -2,6 +2,6 @@
 
 from .errors import PayloadError
 from .ir import node_type
-from .payload import FORMAT_VERSION, deserialize, serialize
+from .payload import BACKEND_ID, FORMAT_VERSION, deserialize, serialize
 
-__all__ = ["FORMAT_VERSION", "PayloadError", "deserialize", "node_type", "serialize"]
+__all__ = ["BACKEND_ID", "FORMAT_VERSION", "PayloadError", "deserialize", "node_type", "serialize"]

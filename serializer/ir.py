@@ -16,6 +16,19 @@ def enum_names(enum_class) -> dict:
 
 OP_NAMES = {value: name for value, name in enum_names(_op.Op).items() if name != "NONE"}
 DTYPE_NAMES = enum_names(_dtype.DType)
+# The one table of IR dtypes: each by torch's name for it (torch.<name>); the lowering
+# and the Python runtime derive their torch, mlx and numpy tables from it.
+TORCH_DTYPE_NAMES = {
+    _dtype.DType.Bool: "bool",
+    _dtype.DType.UInt8: "uint8",
+    _dtype.DType.Int8: "int8",
+    _dtype.DType.Int16: "int16",
+    _dtype.DType.Int32: "int32",
+    _dtype.DType.Int64: "int64",
+    _dtype.DType.Float16: "float16",
+    _dtype.DType.BFloat16: "bfloat16",
+    _dtype.DType.Float32: "float32",
+}
 
 TidT = _tid.TidT
 IntOrSlotT = _int_or_slot.IntOrSlotT

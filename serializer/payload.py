@@ -22,6 +22,10 @@ from .errors import PayloadError
 from .generated.etmlx_ir import Graph as graph_module
 from .validate import validate
 
+# The id ExecuTorch files payloads of this format under: the AOT backend's class name
+# (lowering/preprocess.py) and what both runtimes register (native/src/backend.cpp,
+# which a test compares with this).
+BACKEND_ID = "EtMlxBackend"
 MAGIC = b"EMLX"
 # 1: the first format. 2: CheckIndex (bounds-checked run-time indices).
 FORMAT_VERSION = 2

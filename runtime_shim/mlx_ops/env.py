@@ -3,31 +3,13 @@
 import mlx.core as mx
 import numpy as np
 
-from etmlx.serializer.generated.etmlx_ir.DType import DType
+from etmlx.serializer.ir import TORCH_DTYPE_NAMES
 
-MX_DTYPES = {
-    DType.Bool: mx.bool_,
-    DType.UInt8: mx.uint8,
-    DType.Int8: mx.int8,
-    DType.Int16: mx.int16,
-    DType.Int32: mx.int32,
-    DType.Int64: mx.int64,
-    DType.Float16: mx.float16,
-    DType.BFloat16: mx.bfloat16,
-    DType.Float32: mx.float32,
-}
+MX_DTYPES = {dtype: getattr(mx, "bool_" if name == "bool" else name) for dtype, name in TORCH_DTYPE_NAMES.items()}
 
 # How a constant's bytes are laid out in the .pte; bfloat16 as its 16-bit pattern.
 NUMPY_STORAGE = {
-    DType.Bool: np.bool_,
-    DType.UInt8: np.uint8,
-    DType.Int8: np.int8,
-    DType.Int16: np.int16,
-    DType.Int32: np.int32,
-    DType.Int64: np.int64,
-    DType.Float16: np.float16,
-    DType.BFloat16: np.uint16,
-    DType.Float32: np.float32,
+    dtype: np.dtype(np.uint16 if name == "bfloat16" else name) for dtype, name in TORCH_DTYPE_NAMES.items()
 }
 
 

@@ -34,6 +34,15 @@ def test_inspect_json(mlp_pte):
     assert report["methods"]["forward"]["kernels"] == []
 
 
+def test_inspect_summarizes_constants_unless_asked(mlp_pte):
+    summary = etmlx("inspect", str(mlp_pte)).stdout
+    weights = 64 * 128 + 128 + 128 * 128 + 128 + 128 * 10 + 10  # the MLP's three layers, float32
+    assert f"constants: 6, {weights * 4} bytes (--constants lists them)" in summary
+    assert "constant float32" not in summary
+    listed = etmlx("inspect", str(mlp_pte), "--constants").stdout
+    assert listed.count("constant float32") == 6 and "constants: 6" not in listed
+
+
 @pytest.mark.parametrize("runtime", ["python", "executorch"])
 def test_run_with_inputs_file(mlp_pte, tmp_path, runtime):
     inputs = tmp_path / "in.npz"

@@ -85,6 +85,15 @@ def test_unknown_node_type(pte):
     _load_everywhere(_patched(pte, patch), "node 0.*unknown node type 250")
 
 
+def test_a_node_this_runtime_has_no_handler_for(pte, monkeypatch):
+    """A payload using an op the runtime's handlers lack (a runtime older than the schema)."""
+    from etmlx.runtime_shim import mlx_delegate
+
+    monkeypatch.delitem(mlx_delegate.HANDLERS, "Softmax")
+    with pytest.raises(PteFormatError, match=r"node 1 \(Softmax\): no handler in this runtime"):
+        etmlx.load(pte)
+
+
 def test_slot_out_of_range(pte):
     def patch(body, graph):
         struct.pack_into("<I", body, _first_node_out(body, graph), 1_000_000)

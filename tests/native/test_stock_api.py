@@ -17,12 +17,16 @@ def encoder_block(tmp_path_factory):
     return module.eval(), path
 
 
-def test_backend_is_registered():
+def test_backend_is_registered_under_the_id_export_writes():
     from executorch.runtime import Runtime
 
+    from etmlx.lowering.preprocess import EtMlxBackend
+    from etmlx.serializer import BACKEND_ID
+
+    assert EtMlxBackend.__name__ == BACKEND_ID  # ExecuTorch files payloads under the class name
     registry = Runtime.get().backend_registry
-    assert "EtMlxBackend" in registry.registered_backend_names
-    assert registry.is_available("EtMlxBackend")
+    assert BACKEND_ID in registry.registered_backend_names
+    assert registry.is_available(BACKEND_ID)
 
 
 def test_stock_api_runs_an_etmlx_program_at_several_lengths(encoder_block):

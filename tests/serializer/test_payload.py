@@ -123,3 +123,20 @@ def test_unknown_enum_rejected_on_read():
     damaged[position] = 99
     with pytest.raises(PayloadError, match="unknown BinaryOp 99"):
         deserialize(_with_valid_checksum(bytes(damaged)))
+
+
+def test_every_ir_dtype_has_its_torch_mlx_and_numpy_forms():
+    import mlx.core as mx
+    import numpy as np
+    import torch
+
+    from etmlx.lowering.dtypes import TORCH_TO_IR
+    from etmlx.runtime_shim.mlx_ops.env import MX_DTYPES, NUMPY_STORAGE
+    from etmlx.serializer.ir import DTYPE_NAMES, TORCH_DTYPE_NAMES
+
+    assert set(TORCH_DTYPE_NAMES) == set(DTYPE_NAMES)
+    for dtype, name in TORCH_DTYPE_NAMES.items():
+        torch_dtype = getattr(torch, name)
+        assert TORCH_TO_IR[torch_dtype] == dtype
+        assert MX_DTYPES[dtype].size == torch_dtype.itemsize == np.dtype(NUMPY_STORAGE[dtype]).itemsize
+        assert str(MX_DTYPES[dtype]) == f"mlx.core.{name}"
