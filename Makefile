@@ -58,6 +58,7 @@ bench: $(VENV)/.bench-installed native
 	$(PY) bench/bench_attention.py
 	$(PY) bench/bench_runtimes.py
 	$(PY) bench/bench_bounds_checks.py
+	$(PY) bench/bench_export.py
 	$(PY) bench/bench_llm.py
 
 clean:

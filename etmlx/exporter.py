@@ -37,8 +37,15 @@ def trace(module, example_inputs, dynamic_shapes=None):
 
 def lower_methods(methods: dict):
     """Lowers ``{method name: ExportedProgram}`` into one program; returns
-    (ExecutorchProgramManager, PartitionReport)."""
-    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+    (ExecutorchProgramManager, PartitionReport).
+
+    ``to_edge`` then ``to_backend`` rather than ``to_edge_transform_and_lower``: the
+    latter retraces every program twice (``run_decompositions({})`` to functionalize,
+    then the decomposition table), which ``to_edge`` does in one pass. The two agree
+    here because the partitioner preserves no ATen op from decomposition: the calls it
+    keeps whole (attention, roll) are retargeted to etmlx's own ops first.
+    """
+    from executorch.exir import ExecutorchBackendConfig, to_edge
     from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
 
     from etmlx.partitioner import MlxPartitioner
@@ -46,7 +53,8 @@ def lower_methods(methods: dict):
     if not methods:
         raise ExportError("no methods to export")
     partitioner = MlxPartitioner()
-    edge = to_edge_transform_and_lower(dict(methods), partitioner=[partitioner])
+    retargeted = {name: partitioner.transform_for_pre_decomposition(program) for name, program in methods.items()}
+    edge = to_edge(retargeted).to_backend(partitioner)
     # Buffers MLX declined stay with ExecuTorch, which drops their initial values unless
     # named to this pass; delegated buffers carry their own in the payload.
     kept = {
