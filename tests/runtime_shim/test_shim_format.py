@@ -1,5 +1,7 @@
 """Malformed files end in one PteFormatError that names the problem."""
 
+import sys
+
 import flatbuffers
 import numpy as np
 import pytest
@@ -112,6 +114,13 @@ def _program(value_type: int = 1, instruction_type: int = 5) -> bytes:
     Program.AddExecutionPlan(b, plans)
     b.Finish(Program.End(b), file_identifier=b"ET12")
     return bytes(b.Output())
+
+
+def test_generated_accessors_import_inside_the_package():
+    """Generated accessors import the table they return when called: that must resolve
+    inside etmlx, never to a top-level ``executorch_flatbuffer``."""
+    assert Program.Program.GetRootAs(_program(), 0).ExecutionPlan(0).Name() == b"forward"
+    assert "executorch_flatbuffer" not in sys.modules
 
 
 def test_hand_built_program_runs():
