@@ -80,7 +80,7 @@ class MlxDelegate:
         sizes = iter(checks[len(self._check_ops) :])  # those not stated by the payload
         for op, indices in zip(self._check_ops, checks):
             size = next(sizes).item() if op.size.isSlot else op.size.value
-            first = first_out_of_range(np.asarray(indices), size, op.wraps)
+            first = first_out_of_range(indices, size, op.wraps)
             if first is not None:
                 raise index_error(op, first, size)
 

@@ -77,14 +77,14 @@ def _check_index(op, env):
     return indices
 
 
-_FEW = 16
-
-
-def first_out_of_range(indices: np.ndarray, size: int, wraps: bool):
-    """The first index (in row-major order) outside the range PyTorch accepts, or None."""
-    low, flat = (-size if wraps else 0), indices.reshape(-1)
-    if flat.size <= _FEW:  # a token id, a cache position: Python compares faster than numpy
-        return next((value for value in flat.tolist() if not low <= value < size), None)
+def first_out_of_range(indices: mx.array, size: int, wraps: bool):
+    """The first index (in row-major order) of evaluated ``indices`` outside the range
+    PyTorch accepts, or None."""
+    low = -size if wraps else 0
+    if indices.size == 1:  # a token id, a cache position: no numpy round trip
+        value = indices.item()
+        return None if low <= value < size else value
+    flat = np.asarray(indices).reshape(-1)
     bad = (flat < low) | (flat >= size)  # comparisons only: no overflow
     return int(flat[bad.argmax()]) if bad.any() else None
 
