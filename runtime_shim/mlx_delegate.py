@@ -145,7 +145,7 @@ def _hoist_constant_nodes(steps: list, constants: dict) -> list:
     for step in steps:
         handler, op, out, is_int = step
         reads = list(read_operands(op))
-        checks = handler is _CHECK_INDEX  # its verdict is needed per call
+        checks = handler is _CHECK_INDEX  # its indices are checked on every call
         if is_int or checks or not all(isinstance(ref, TidT) and ref.idx in constants for _, ref in reads):
             remaining.append(step)
             continue

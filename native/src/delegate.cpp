@@ -156,7 +156,7 @@ void Delegate::hoist_constant_steps(const GraphLayout& layout) {
     const auto& step = steps_[i];
     const auto& slots = layout.nodes[i];
     const bool reads_constants_only =
-        !slots.out_is_int && !slots.reads_ints && step.type != etmlx_ir::Op::CheckIndex &&  // its verdict is per call
+        !slots.out_is_int && !slots.reads_ints && step.type != etmlx_ir::Op::CheckIndex &&  // its indices are checked on every call
         std::all_of(slots.tensor_reads.begin(), slots.tensor_reads.end(), [&](uint32_t s) { return is_constant[s]; });
     if (!reads_constants_only) {
       remaining.push_back(step);

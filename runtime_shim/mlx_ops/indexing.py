@@ -24,12 +24,9 @@ def _in_bounds(indices: mx.array, size: int) -> mx.array:
         raise ValueError("indices into a dimension of size 0")
     if indices.dtype not in (mx.int32, mx.int64):
         indices = indices.astype(mx.int64)  # room for -size .. size - 1
-    # mx.compile fuses elementwise ops into generated C++, where a float turned into an
-    # int out of range (NaN, say) is undefined and may let the compiler drop the clamp:
-    # the indices are materialized first (contiguous is not fused). Then clamp, then
-    # count from the end, so no step can overflow.
-    clamped = mx.clip(mx.contiguous(indices), -size, size - 1)
-    return mx.where(clamped < 0, clamped + size, clamped)
+    # MLX's gathers and scatters count negative indices from the end themselves. (Indices
+    # cast from floats are defined values: AsType saturates, see elementwise.py.)
+    return mx.clip(indices, -size, size - 1)
 
 
 def _axis_size(x: mx.array, axis: int) -> int:

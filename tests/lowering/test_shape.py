@@ -96,24 +96,6 @@ def test_repeat(dtype):
     delegated(lambda x: (x.repeat(2, 1), x.repeat(3, 1, 2)), (x,), nodes=["Tile"])  # 3 reps for 2 dims: one new
 
 
-@pytest.mark.parametrize("weight_dtype,index_dtype", [(torch.float16, torch.int32), (torch.bfloat16, torch.int64)], ids=str)
-def test_embedding_and_index_select(weight_dtype, index_dtype):
-    embedding = torch.nn.Embedding(10, 4).to(weight_dtype)
-    x = torch.randn(3, 6, 7, dtype=weight_dtype)
-
-    class M(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embedding = embedding
-
-        def forward(self, tokens, index):
-            return self.embedding(tokens), x.index_select(1, index), torch.index_select(x, -1, index[:1])
-
-    tokens = torch.tensor([[1, 9, 0], [4, 4, 7]], dtype=index_dtype)
-    index = torch.tensor([5, 0, 2, 2], dtype=index_dtype)
-    delegated(M(), (tokens, index), nodes=["Take"])
-
-
 # ---------------------------------------------------------------- dynamic shapes
 def test_dynamic_view_expand_slice():
     seq = Dim("seq", min=4, max=64)
@@ -242,5 +224,16 @@ def test_negative_padding_crops():
               run_with=[(torch.randn(1, 2, 5, 9),)])
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8], ids=str)
+@pytest.mark.parametrize("source", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_float_to_integer_casts_match_pytorch_for_every_value(source, dtype):
+    """NaN, infinities and values past the target's range cast as PyTorch casts them (a
+    plain cast of those is undefined in the C++ mx.compile generates)."""
+    values = [float("nan"), float("inf"), -float("inf"), -1e30, 1e30, 3.7, -3.7, 200.5, -129.0, 3e9, -3e9, 70000.0]
+    x = torch.tensor(values).to(source)
+    delegated(lambda x: x.to(dtype), (x,), exact=["AsType"])
+
+
 def test_every_shape_rule_is_tested(whole_file):
     assert untested_rules("shape") == set()
+

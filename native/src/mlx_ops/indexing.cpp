@@ -36,13 +36,10 @@ mx::array in_bounds(mx::array indices, int64_t size) {
   if (indices.dtype() != mx::int32 && indices.dtype() != mx::int64) {
     indices = mx::astype(indices, mx::int64);  // room for -size .. size - 1
   }
-  // mx::compile fuses elementwise ops into generated C++, where a float turned
-  // into an int out of range (NaN, say) is undefined and may let the compiler
-  // drop the clamp: the indices are materialized first (contiguous is not fused).
-  // Then clamp, then count from the end, so no step can overflow.
+  // MLX's gathers and scatters count negative indices from the end themselves.
+  // (Indices cast from floats are defined values: AsType saturates.)
   const auto dtype = indices.dtype();
-  const auto clamped = mx::clip(mx::contiguous(indices), mx::array(-size, dtype), mx::array(size - 1, dtype));
-  return mx::where(mx::less(clamped, mx::array(0, dtype)), mx::add(clamped, mx::array(size, dtype)), clamped);
+  return mx::clip(indices, mx::array(-size, dtype), mx::array(size - 1, dtype));
 }
 
 int64_t axis_size(const mx::array& x, int axis) {
