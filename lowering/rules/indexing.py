@@ -12,7 +12,7 @@ import torch
 from torch import fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from etmlx.serializer.generated.etmlx_ir import AsType, BroadcastTo, CheckIndex, Index, IndexPut, Slice, TakeAlongAxis
+from etmlx.serializer.generated.etmlx_ir import AsType, BroadcastTo, CheckIndex, Index, IndexPut, Slice, Take, TakeAlongAxis
 from etmlx.serializer.ir import int_or_slot
 
 from ..dtypes import ir_dtype
@@ -81,6 +81,21 @@ def _ancestors(node: fx.Node) -> set:
                 seen.add(parent)
                 pending.append(parent)
     return seen
+
+
+@lowers("aten::embedding")
+def _lower_embedding(ctx, node):
+    weight, indices = node.args[:2]
+    checked = checked_index(ctx, indices, weight, 0, wraps=False)  # PyTorch rejects negative ids
+    ctx.bind(node, ctx.emit(Take, x=ctx.tensor(weight), indices=checked, axis=0))
+
+
+@lowers("aten::index_select")
+def _lower_index_select(ctx, node):
+    x, dim, index = node.args[:3]
+    axis = normalize_axis(dim, rank_of(x))
+    checked = checked_index(ctx, index, x, axis, wraps=False)
+    ctx.bind(node, ctx.emit(Take, x=ctx.tensor(x), indices=checked, axis=axis))
 
 
 def _check_gather(node):

@@ -25,7 +25,6 @@ from etmlx.serializer.ir import int_or_slot
 from ..dtypes import ir_dtype
 from ..registry import lowers
 from .common import as_dtype, dim_size, is_static, normalize_axis, out_dtype, rank_of, shape_of
-from .indexing import checked_index
 
 INT64_MAX = 2**63 - 1
 
@@ -211,21 +210,6 @@ def _check_repeat(node):
 def _lower_repeat(ctx, node):
     x, repeats = node.args[:2]
     ctx.bind(node, ctx.emit(Tile, x=ctx.tensor(x), reps=list(repeats)))
-
-
-@lowers("aten::embedding")
-def _lower_embedding(ctx, node):
-    weight, indices = node.args[:2]
-    checked = checked_index(ctx, indices, weight, 0, wraps=False)  # PyTorch rejects negative ids
-    ctx.bind(node, ctx.emit(Take, x=ctx.tensor(weight), indices=checked, axis=0))
-
-
-@lowers("aten::index_select")
-def _lower_index_select(ctx, node):
-    x, dim, index = node.args[:3]
-    axis = normalize_axis(dim, rank_of(x))
-    checked = checked_index(ctx, index, x, axis, wraps=False)
-    ctx.bind(node, ctx.emit(Take, x=ctx.tensor(x), indices=checked, axis=axis))
 
 
 @lowers("aten::clone", "dim_order_ops::_clone_dim_order", "aten::alias_copy", "aten::detach_copy")

@@ -4,7 +4,9 @@ import pytest
 import runtimes
 import torch
 
-from ruletest import delegated
+from ruletest import delegated, lowered_directly, untested_rules
+
+aten = torch.ops.aten
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64])
@@ -77,3 +79,31 @@ def test_index_put_accumulate():
 def test_cumsum(dtype):
     x = (torch.randn(3, 6) * 2).to(dtype)
     delegated(lambda x: (torch.cumsum(x, -1), torch.cumsum(x, 0)), (x,), nodes=["CumSum"])
+
+
+@pytest.mark.parametrize("weight_dtype,index_dtype", [(torch.float16, torch.int32), (torch.bfloat16, torch.int64)], ids=str)
+def test_embedding_and_index_select(weight_dtype, index_dtype):
+    embedding = torch.nn.Embedding(10, 4).to(weight_dtype)
+    x = torch.randn(3, 6, 7, dtype=weight_dtype)
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = embedding
+
+        def forward(self, tokens, index):
+            return self.embedding(tokens), x.index_select(1, index), torch.index_select(x, -1, index[:1])
+
+    tokens = torch.tensor([[1, 9, 0], [4, 4, 7]], dtype=index_dtype)
+    index = torch.tensor([5, 0, 2, 2], dtype=index_dtype)
+    delegated(M(), (tokens, index), nodes=["Take"])
+
+
+def test_copy_casts_and_broadcasts_the_source():
+    x, row = torch.zeros(3, 4), torch.arange(4, dtype=torch.int32)
+    assert lowered_directly(lambda x, r: aten.copy.default(x, r), (x, row)) == ["AsType", "BroadcastTo"]
+    assert lowered_directly(lambda x, y: aten.copy.default(x, y), (x, torch.randn(3, 4))) == []
+
+
+def test_every_indexing_rule_is_tested(whole_file):
+    assert untested_rules("indexing") == set()
