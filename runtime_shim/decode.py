@@ -11,7 +11,7 @@ import numpy as np
 
 from . import pte_types as t
 from .errors import PteFormatError
-from .limits import MAX_ARENA_BYTES
+from .limits import max_arena_bytes
 from .generated.executorch_flatbuffer import (
     AllocationDetails,
     Bool,
@@ -203,11 +203,12 @@ def _instruction(instr, plan: str, index: int):
 
 def _check_sizes(plan: t.ExecutionPlan) -> None:
     """Planned arenas and tensor shapes within ``limits``, before anything is allocated."""
+    limit = max_arena_bytes()
     for memory_id, size in enumerate(plan.non_const_buffer_sizes):
-        if not 0 <= size <= MAX_ARENA_BYTES:
+        if not 0 <= size <= limit:
             raise PteFormatError(
                 f"method {plan.name!r}: planned memory {memory_id} of {size} bytes is past the limit of "
-                f"{MAX_ARENA_BYTES} (ETMLX_MAX_ARENA_BYTES)"
+                f"{limit} (ETMLX_MAX_ARENA_BYTES)"
             )
     for index, value in enumerate(plan.values):
         if isinstance(value, t.TensorMeta) and any(size < 0 for size in value.sizes):

@@ -18,7 +18,7 @@ from etmlx.serializer.ir import OP_NAMES, TidT, read_operands
 
 from .backends import register_backend
 from .errors import ExecutionError
-from .limits import MAX_ARRAY_BYTES
+from .limits import max_array_bytes
 from .mlx_ops import HANDLERS
 from .mlx_ops.indexing import first_out_of_range, index_error
 from .mlx_ops.env import MX_DTYPES, NUMPY_STORAGE, Env
@@ -117,13 +117,13 @@ class MlxDelegate:
 
 
 def _within_limit(array: mx.array, op) -> mx.array:
-    """``array``, unless it is larger than ``limits.MAX_ARRAY_BYTES`` (checked on its
+    """``array``, unless it is larger than ``limits.max_array_bytes()`` (checked on its
     shape, before MLX allocates it)."""
-    nbytes = math.prod(array.shape) * array.itemsize
-    if nbytes > MAX_ARRAY_BYTES:
+    nbytes, limit = math.prod(array.shape) * array.itemsize, max_array_bytes()
+    if nbytes > limit:
         raise ExecutionError(
             f"a {type(op).__name__[:-1]} node makes an array of shape {tuple(array.shape)} ({nbytes} bytes), past "
-            f"the limit of {MAX_ARRAY_BYTES} (ETMLX_MAX_ARRAY_BYTES)"
+            f"the limit of {limit} (ETMLX_MAX_ARRAY_BYTES)"
         )
     return array
 

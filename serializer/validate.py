@@ -89,8 +89,9 @@ def _check_node(node, index: int, tensors: _Slots, ints: _Slots) -> None:
         raise PayloadError(f"{where}: unknown {table}Op {fields['op']}")
     if "dtype" in fields:
         _check_dtype(fields["dtype"], where)
-    for name in missing_operands(table, node.op):
-        raise PayloadError(f"{where} {name}: missing operand")
+    missing = missing_operands(table, node.op)
+    if missing:
+        raise PayloadError(f"{where}: missing operand {', '.join(missing)}")
     for name, item in read_operands(node.op):
         if isinstance(item, TidT):
             tensors.read(item.idx, f"{where} {name}")

@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "errors.h"
 
@@ -18,7 +20,10 @@ uint64_t read_limit(const char* name, uint64_t fallback) {
   }
   char* end = nullptr;
   const unsigned long long value = std::strtoull(text, &end, 10);
-  return (end == text || *end != '\0') ? fallback : value;
+  if (end == text || *end != '\0' || text[0] == '-') {  // as runtime_shim/limits.py refuses it
+    throw std::invalid_argument(std::string(name) + " must be a number of bytes, not '" + text + "'");
+  }
+  return value;
 }
 
 }  // namespace

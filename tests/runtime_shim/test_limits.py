@@ -62,3 +62,11 @@ def test_arena_past_the_limit(tmp_path, runtime):
     etmlx.export(module, inputs, path)
     line = _run(path, runtime, dict(os.environ, ETMLX_MAX_ARENA_BYTES="1000"))
     assert line.startswith("PteFormatError") and "past the limit of 1000 (ETMLX_MAX_ARENA_BYTES)" in line, line
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_limit_that_is_no_number_is_named(grows, runtime):
+    import os
+
+    line = _run(grows, runtime, dict(os.environ, ETMLX_MAX_ARRAY_BYTES="16G"))  # import etmlx still works
+    assert line.startswith("ExecutionError") and "ETMLX_MAX_ARRAY_BYTES must be a number of bytes, not '16G'" in line

@@ -27,6 +27,12 @@ def _graph(a=0, b=1, out=2, slots=3):
     return graph
 
 
+def _without_operand_b():
+    graph = _graph()
+    graph.nodes[0].op.b = None
+    return graph
+
+
 def _value(slot):
     value = Value.ValueT()
     value.slot = slot
@@ -102,6 +108,7 @@ def _with_valid_checksum(payload: bytes) -> bytes:
         (_graph(a=7), "out of range"),
         (_graph(b=2), "before it is written"),
         (_graph(out=0), "written twice"),
+        (_without_operand_b(), r"node 0 \(Binary\): missing operand b$"),
     ],
 )
 def test_inconsistent_graph_rejected_at_write(graph, message):
