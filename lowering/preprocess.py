@@ -14,6 +14,7 @@ from etmlx.errors import ExportError
 from etmlx.serializer import serialize
 
 from . import rules  # noqa: F401  (registers every rule)
+from .arguments import bind
 from .context import LoweringContext
 from .folding import fold_constant
 from .fusions import fuse
@@ -75,7 +76,7 @@ def _lower_node(ctx: LoweringContext, node) -> None:
     if reason is not None:
         raise ExportError(f"etmlx cannot lower {node.format_node()}: {reason}")
     if not fuse(ctx, node):
-        rule_for(node).lower(ctx, node)
+        rule_for(node).lower(ctx, node, bind(node))
 
 
 def _lower_outputs(ctx: LoweringContext, program: ExportedProgram, node, placeholders) -> None:

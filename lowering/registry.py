@@ -12,26 +12,29 @@ from typing import Callable, Optional
 import torch
 from torch import fx
 
+from .arguments import BoundArguments, bind
 from .dtypes import check_dtype
 
-Check = Callable[[fx.Node], Optional[str]]
+Check = Callable[[fx.Node, BoundArguments], Optional[str]]
 
 
 @dataclass(frozen=True)
 class Rule:
+    """Both halves read the call's arguments bound by name (``lowering/arguments.py``)."""
+
     check: Check
-    lower: Callable  # (LoweringContext, fx.Node) -> None
+    lower: Callable  # (LoweringContext, fx.Node, BoundArguments) -> None
 
 
 RULES: dict = {}
 
 
-def accept(node: fx.Node) -> Optional[str]:
+def accept(node: fx.Node, args: BoundArguments) -> Optional[str]:
     return None
 
 
 def lowers(*names: str, check: Check = accept):
-    """Registers the decorated ``lower(ctx, node)`` for operators ``names``."""
+    """Registers the decorated ``lower(ctx, node, args)`` for operators ``names``."""
 
     def register(lower):
         for name in names:
@@ -69,7 +72,7 @@ def check_node(node: fx.Node) -> Optional[str]:
                 reason = check_dtype(value.dtype)
                 if reason:
                     return reason
-    return rule.check(node)
+    return rule.check(node, bind(node))
 
 
 FROZEN = "etmlx_frozen"

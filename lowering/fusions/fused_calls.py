@@ -16,6 +16,7 @@ import torch
 from torch import fx
 
 import etmlx.lowering.custom_ops  # noqa: F401  (registers torch.ops.etmlx.*)
+from etmlx.lowering.arguments import bind
 from etmlx.lowering.dtypes import check_dtype
 from etmlx.lowering.rules.attention import check_roll, check_sdpa
 
@@ -35,32 +36,26 @@ def _val(arg):
     return arg.meta["val"] if isinstance(arg, fx.Node) else arg
 
 
-def _sdpa_args(node):
-    names = ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"]
-    defaults = [None, None, None, None, 0.0, False, None, False]
-    args = dict(zip(names, defaults))
-    args.update(zip(names, node.args))
-    args.update(node.kwargs)
-    return args
-
-
 def _unrepeated(node: fx.Node):
     """The k/v tensor before a head repeat (``repeat_interleave`` on dim 1, or
     Hugging Face's ``repeat_kv``: unsqueeze(2) -> expand -> reshape), else None.
     Only called at rank 4, the one rank where dim 1 is the head dim. Both forms
     repeat each head in place ([h0, h0, h1, h1]), which is grouped-query attention's
     grouping; the shapes are checked so that no other reshape is mistaken for one."""
-    if node.target == aten.repeat_interleave.self_int and node.args[2:3] == (1,):
-        return node.args[0]
+    if node.target == aten.repeat_interleave.self_int:
+        repeat = bind(node)
+        return repeat.self if repeat.dim in (1, -3) else None
     if node.target not in (aten.reshape.default, aten.view.default, aten._unsafe_view.default):
         return None
-    expand = node.args[0]
+    expand = bind(node).self
     if not (isinstance(expand, fx.Node) and expand.target == aten.expand.default):
         return None
-    unsqueeze = expand.args[0]
-    if not (isinstance(unsqueeze, fx.Node) and unsqueeze.target == aten.unsqueeze.default and unsqueeze.args[1] == 2):
+    unsqueeze = bind(expand).self
+    if not (isinstance(unsqueeze, fx.Node) and unsqueeze.target == aten.unsqueeze.default):
         return None
-    source = unsqueeze.args[0]
+    if bind(unsqueeze).dim not in (2, -3):
+        return None
+    source = bind(unsqueeze).self
     batch, heads, length, dim = _val(source).shape
     repeats = _val(expand).shape[2]
     if tuple(_val(expand).shape) != (batch, heads, repeats, length, dim):
@@ -72,7 +67,7 @@ def _unrepeated(node: fx.Node):
 
 def _absorbed_repeats(args):
     """k and v without their head repeat, when both carry the same absorbable one."""
-    q, k, v = args["query"], args["key"], args["value"]
+    q, k, v = args.query, args.key, args.value
     if _val(q).dim() != 4 or not all(isinstance(t, fx.Node) for t in (k, v)):
         return k, v
     k_src, v_src = _unrepeated(k), _unrepeated(v)
@@ -82,29 +77,28 @@ def _absorbed_repeats(args):
 
 
 def _check_sdpa_call(node):
-    a = _sdpa_args(node)
+    a = bind(node)
     k, v = _absorbed_repeats(a)
     return check_sdpa(
-        _val(a["query"]), _val(k), _val(v), _val(a["attn_mask"]),
-        a["dropout_p"], a["is_causal"], a["enable_gqa"] or k is not a["key"],
+        _val(a.query), _val(k), _val(v), _val(a.attn_mask), a.dropout_p, a.is_causal, a.enable_gqa or k is not a.key
     )
 
 
 def _sdpa_rewrite(graph: fx.Graph, node: fx.Node) -> fx.Node:
-    a = _sdpa_args(node)
+    a = bind(node)
     k, v = _absorbed_repeats(a)
-    scale = a["scale"] if a["scale"] is not None else 1.0 / math.sqrt(_val(a["query"]).shape[-1])
+    scale = a.scale if a.scale is not None else 1.0 / math.sqrt(_val(a.query).shape[-1])
     return graph.call_function(
-        torch.ops.etmlx.sdpa.default, (a["query"], k, v, a["attn_mask"], bool(a["is_causal"]), float(scale))
+        torch.ops.etmlx.sdpa.default, (a.query, k, v, a.attn_mask, bool(a.is_causal), float(scale))
     )
 
 
 def _roll_args(node):
-    x, shifts = node.args[:2]
-    dims = node.args[2] if len(node.args) > 2 else node.kwargs.get("dims", [])
+    args = bind(node)
+    shifts, dims = args.shifts, args.dims
     shifts = [shifts] if isinstance(shifts, int) else list(shifts)
     dims = [dims] if isinstance(dims, int) else list(dims)
-    return x, shifts, dims
+    return args.self, shifts, dims
 
 
 def _check_roll_call(node):

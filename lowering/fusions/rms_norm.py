@@ -7,6 +7,7 @@ from torch import fx
 
 from etmlx.serializer.generated.etmlx_ir import RmsNorm
 
+from ..arguments import bind
 from ..registry import op_name
 from ..rules.common import rank_of
 
@@ -21,21 +22,25 @@ def match(ctx, node):
     """``(x, eps)`` when ``node`` is that multiply, else None."""
     if not _call(node, "aten::mul.Tensor"):
         return None
-    a, b = node.args[:2]
-    for x, inverse in ((a, b), (b, a)):
-        if not _call(inverse, "aten::rsqrt") or not _call(inverse.args[0], "aten::add.Tensor", "aten::add.Scalar"):
+    product = bind(node)
+    for x, inverse in ((product.self, product.other), (product.other, product.self)):
+        if not _call(inverse, "aten::rsqrt") or not _call(bind(inverse).self, "aten::add.Tensor", "aten::add.Scalar"):
             continue
-        mean, eps = inverse.args[0].args[:2]
+        plus_eps = bind(bind(inverse).self)
+        mean, eps = plus_eps.self, plus_eps.other
         if ctx.is_constant(eps) and ctx.constant_values[eps].numel() == 1:
             eps = ctx.constant_values[eps].item()
-        if not isinstance(eps, (int, float)) or not _call(mean, "aten::mean.dim"):
+        if plus_eps.alpha != 1 or not isinstance(eps, (int, float)) or not _call(mean, "aten::mean.dim"):
             continue
-        dims, keepdim = mean.args[1], (mean.args[2] if len(mean.args) > 2 else mean.kwargs.get("keepdim", False))
-        square = mean.args[0]
-        over_last_axis = list(dims) in ([-1], [rank_of(x) - 1])
-        if not keepdim or not over_last_axis or not _call(square, "aten::pow.Tensor_Scalar"):
+        average = bind(mean)
+        square = average.self
+        over_last_axis = average.dim is not None and list(average.dim) in ([-1], [rank_of(x) - 1])
+        if not average.keepdim or average.dtype is not None or not over_last_axis:
             continue
-        if square.args[0] is x and square.args[1] == 2 and x.meta["val"].dtype in (torch.float32, torch.float16, torch.bfloat16):
+        if not _call(square, "aten::pow.Tensor_Scalar"):
+            continue
+        powered = bind(square)
+        if powered.self is x and powered.exponent == 2 and x.meta["val"].dtype in (torch.float32, torch.float16, torch.bfloat16):
             return x, float(eps)
     return None
 

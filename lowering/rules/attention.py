@@ -26,7 +26,7 @@ from etmlx.serializer.generated.etmlx_ir.ReduceOp import ReduceOp
 
 from ..dtypes import FLOATING, fill_fields
 from ..registry import lowers
-from .common import rank_of
+from .common import normalize_axis, rank_of
 
 
 def _same(a, b) -> bool:
@@ -81,20 +81,17 @@ def _check_heads(q_heads, k_heads, v_heads, enable_gqa) -> Optional[str]:
     return None
 
 
-def _values(node, count):
-    return [a.meta["val"] if hasattr(a, "meta") else a for a in list(node.args[:count])]
-
-
-def _check_sdpa(node):
+def _check_sdpa(node, args):
     """The same decision for the custom op; fewer k/v heads here can only come from an
     accepted GQA call (enable_gqa, or an absorbed repeat), hence enable_gqa=True."""
-    q, k, v, mask, is_causal, _ = _values(node, 6)
-    return check_sdpa(q, k, v, mask, is_causal=is_causal, enable_gqa=True)
+    mask = None if args.attn_mask is None else args.attn_mask.meta["val"]
+    q, k, v = (arg.meta["val"] for arg in (args.q, args.k, args.v))
+    return check_sdpa(q, k, v, mask, is_causal=args.is_causal, enable_gqa=True)
 
 
 @lowers("etmlx::sdpa", check=_check_sdpa)
-def _lower_sdpa(ctx, node):
-    q, k, v, mask, is_causal, scale = node.args[:6]
+def _lower_sdpa(ctx, node, args):
+    q, k, v, mask, is_causal, scale = args.q, args.k, args.v, args.attn_mask, args.is_causal, args.scale
     missing = 4 - rank_of(q)
     lead = list(range(missing))
 
@@ -144,13 +141,11 @@ def check_roll(x, shifts, dims) -> Optional[str]:
     return None
 
 
-def _check_roll(node):
-    x, shifts, dims = node.args[:3]
-    return check_roll(x.meta["val"], shifts, dims)
+def _check_roll(node, args):
+    return check_roll(args.x.meta["val"], args.shifts, args.dims)
 
 
 @lowers("etmlx::roll", check=_check_roll)
-def _lower_roll(ctx, node):
-    x, shifts, dims = node.args[:3]
-    axes = [d + rank_of(x) if d < 0 else d for d in dims]
-    ctx.bind(node, ctx.emit(Roll, x=ctx.tensor(x), shifts=list(shifts), axes=axes))
+def _lower_roll(ctx, node, args):
+    axes = [normalize_axis(d, rank_of(args.x)) for d in args.dims]
+    ctx.bind(node, ctx.emit(Roll, x=ctx.tensor(args.x), shifts=list(args.shifts), axes=axes))

@@ -10,14 +10,13 @@ from .common import dim_size, out_dtype, rank_of
 
 
 @lowers("aten::full")
-def _lower_full(ctx, node):
-    sizes, value = node.args[:2]
-    ctx.bind(node, ctx.emit(Full, shape=ctx.sizes(sizes), **fill_fields(value, out_dtype(node))))
+def _lower_full(ctx, node, args):
+    ctx.bind(node, ctx.emit(Full, shape=ctx.sizes(args.size), **fill_fields(args.fill_value, out_dtype(node))))
 
 
 @lowers("aten::scalar_tensor")
-def _lower_scalar_tensor(ctx, node):
-    value, dtype = node.args[0], out_dtype(node)
+def _lower_scalar_tensor(ctx, node, args):
+    value, dtype = args.s, out_dtype(node)
     if isinstance(value, fx.Node):  # a size known only at run time
         ctx.bind(node, ctx.emit(SizeScalar, value=ctx.size(value), dtype=ir_dtype(dtype)))
     else:
@@ -25,23 +24,21 @@ def _lower_scalar_tensor(ctx, node):
 
 
 @lowers("aten::full_like")
-def _lower_full_like(ctx, node):
-    x, value = node.args[:2]
+def _lower_full_like(ctx, node, args):
+    x = args.self
     shape = [dim_size(ctx, x, axis) for axis in range(rank_of(x))]
-    ctx.bind(node, ctx.emit(Full, shape=shape, **fill_fields(value, out_dtype(node))))
+    ctx.bind(node, ctx.emit(Full, shape=shape, **fill_fields(args.fill_value, out_dtype(node))))
 
 
-def _check_arange(node):
-    start, end = node.args[:2]
-    step = node.args[2] if len(node.args) > 2 else 1
-    if not isinstance(step, int) or any(isinstance(v, float) for v in (start, end)):
+def _check_arange(node, args):
+    if not isinstance(args.step, int) or any(isinstance(v, float) for v in (args.start, args.end)):
         return "arange with a dynamic step or non-integer bounds"
     return None
 
 
 @lowers("aten::arange.start_step", check=_check_arange)
-def _lower_arange(ctx, node):
-    start, end = node.args[:2]
-    step = node.args[2] if len(node.args) > 2 else 1
-    out = ctx.emit(Arange, start=ctx.size(start), stop=ctx.size(end), step=step, dtype=ir_dtype(out_dtype(node)))
+def _lower_arange(ctx, node, args):
+    out = ctx.emit(
+        Arange, start=ctx.size(args.start), stop=ctx.size(args.end), step=args.step, dtype=ir_dtype(out_dtype(node))
+    )
     ctx.bind(node, out)

@@ -66,27 +66,19 @@ ARITHMETIC = {
 
 
 @lowers(*ARITHMETIC)
-def _lower_binary(ctx, node):
-    a, b = node.args[:2]
-    ctx.bind(node, _binary(ctx, node, ARITHMETIC[node.target.name()], a, b))
+def _lower_binary(ctx, node, args):
+    other = args.get("other", args.get("exponent"))  # pow names it ``exponent``
+    ctx.bind(node, _binary(ctx, node, ARITHMETIC[node.target.name()], args.self, other))
 
 
-def _alpha(node) -> float:
-    """``alpha`` of add/sub/rsub: a keyword in the ATen graph, but the edge dialect may
-    pass it positionally (``add.Scalar(x, 2, 3)``)."""
-    return node.args[2] if len(node.args) > 2 else node.kwargs.get("alpha", 1)
-
-
-def _check_add(node):
-    alpha = _alpha(node)
-    if alpha != 1 and out_dtype(node) == torch.bool:
+def _check_add(node, args):
+    if args.alpha != 1 and out_dtype(node) == torch.bool:
         return "alpha on a boolean add"
     return None
 
 
-def _plus_scaled(ctx, node, op, first, second):
+def _plus_scaled(ctx, node, op, first, second, alpha):
     """``first op alpha * second`` in the dtype PyTorch computes in."""
-    alpha = _alpha(node)
     dtype = _compute_dtype(node, first, second)
     scaled = as_dtype(ctx, second, dtype)
     if alpha != 1:
@@ -95,32 +87,27 @@ def _plus_scaled(ctx, node, op, first, second):
 
 
 @lowers("aten::add.Tensor", "aten::add.Scalar", "aten::sub.Tensor", "aten::sub.Scalar", check=_check_add)
-def _lower_add_sub(ctx, node):
-    a, b = node.args[:2]
+def _lower_add_sub(ctx, node, args):
     op = BinaryOp.Add if node.target.name().startswith("aten::add") else BinaryOp.Sub
-    ctx.bind(node, _plus_scaled(ctx, node, op, a, b))
+    ctx.bind(node, _plus_scaled(ctx, node, op, args.self, args.other, args.alpha))
 
 
-@lowers("aten::rsub.Scalar")
-def _lower_rsub(ctx, node):
-    """rsub(a, b, alpha) = b - alpha * a."""
-    a, b = node.args[:2]
-    ctx.bind(node, _plus_scaled(ctx, node, BinaryOp.Sub, b, a))
+@lowers("aten::rsub.Scalar", check=_check_add)
+def _lower_rsub(ctx, node, args):
+    """rsub(self, other, alpha) = other - alpha * self."""
+    ctx.bind(node, _plus_scaled(ctx, node, BinaryOp.Sub, args.other, args.self, args.alpha))
 
 
-def _check_div_mode(node):
-    mode = node.kwargs.get("rounding_mode")
-    if mode not in (None, "floor"):
-        return f"div rounding_mode={mode!r}"
+def _check_div_mode(node, args):
+    if args.rounding_mode not in (None, "floor"):
+        return f"div rounding_mode={args.rounding_mode!r}"
     return None
 
 
 @lowers("aten::div.Tensor_mode", check=_check_div_mode)
-def _lower_div_mode(ctx, node):
-    a, b = node.args[:2]
-    floor = node.kwargs.get("rounding_mode") == "floor"
-    op = BinaryOp.FloorDivide if floor else BinaryOp.Div
-    ctx.bind(node, _binary(ctx, node, op, a, b))
+def _lower_div_mode(ctx, node, args):
+    op = BinaryOp.FloorDivide if args.rounding_mode == "floor" else BinaryOp.Div
+    ctx.bind(node, _binary(ctx, node, op, args.self, args.other))
 
 
 UNARY = {
@@ -154,25 +141,24 @@ UNARY = {
 
 
 @lowers(*UNARY)
-def _lower_unary(ctx, node):
-    x = as_dtype(ctx, node.args[0], out_dtype(node))
+def _lower_unary(ctx, node, args):
+    x = as_dtype(ctx, args.self, out_dtype(node))
     ctx.bind(node, ctx.emit(Unary, op=UNARY[node.target.name()], x=x))
 
 
-def _check_gelu(node):
-    approximate = node.kwargs.get("approximate", "none")
-    return None if approximate in ("none", "tanh") else f"gelu approximate={approximate!r}"
+def _check_gelu(node, args):
+    return None if args.approximate in ("none", "tanh") else f"gelu approximate={args.approximate!r}"
 
 
 @lowers("aten::gelu", check=_check_gelu)
-def _lower_gelu(ctx, node):
-    op = UnaryOp.GeluTanh if node.kwargs.get("approximate", "none") == "tanh" else UnaryOp.GeluErf
-    ctx.bind(node, ctx.emit(Unary, op=op, x=ctx.tensor(node.args[0])))
+def _lower_gelu(ctx, node, args):
+    op = UnaryOp.GeluTanh if args.approximate == "tanh" else UnaryOp.GeluErf
+    ctx.bind(node, ctx.emit(Unary, op=op, x=ctx.tensor(args.self)))
 
 
-def _clip(ctx, node, low, high):
+def _clip(ctx, node, x, low, high):
     dtype = out_dtype(node)
-    x = as_dtype(ctx, node.args[0], dtype)
+    x = as_dtype(ctx, x, dtype)
     if low is not None:
         x = ctx.emit(Binary, op=BinaryOp.Maximum, a=x, b=as_dtype(ctx, low, dtype))
     if high is not None:
@@ -181,24 +167,20 @@ def _clip(ctx, node, low, high):
 
 
 @lowers("aten::clamp", "aten::clamp.Tensor")
-def _lower_clamp(ctx, node):
-    args = list(node.args) + [None] * (3 - len(node.args))
-    low = node.kwargs.get("min", args[1])
-    high = node.kwargs.get("max", args[2])
-    ctx.bind(node, _clip(ctx, node, low, high))
+def _lower_clamp(ctx, node, args):
+    ctx.bind(node, _clip(ctx, node, args.self, args.min, args.max))
 
 
 @lowers("aten::hardtanh")
-def _lower_hardtanh(ctx, node):
-    args = list(node.args) + [-1.0, 1.0][len(node.args) - 1:]
-    ctx.bind(node, _clip(ctx, node, args[1], args[2]))
+def _lower_hardtanh(ctx, node, args):
+    ctx.bind(node, _clip(ctx, node, args.self, args.min_val, args.max_val))
 
 
 @lowers("aten::where.self")
-def _lower_where(ctx, node):
-    cond, a, b = node.args
+def _lower_where(ctx, node, args):
     dtype = out_dtype(node)
-    out = ctx.emit(Where, cond=ctx.tensor(cond), a=as_dtype(ctx, a, dtype), b=as_dtype(ctx, b, dtype))
+    a, b = as_dtype(ctx, args.self, dtype), as_dtype(ctx, args.other, dtype)
+    out = ctx.emit(Where, cond=ctx.tensor(args.condition), a=a, b=b)
     ctx.bind(node, out)
 
 
@@ -209,22 +191,20 @@ def _scaled(ctx, slot, factor, dtype):
 
 
 @lowers("aten::leaky_relu")
-def _lower_leaky_relu(ctx, node):
+def _lower_leaky_relu(ctx, node, args):
     """where(x > 0, x, x * negative_slope)"""
-    slope = node.args[1] if len(node.args) > 1 else 0.01
     dtype = out_dtype(node)
-    x = ctx.tensor(node.args[0])
+    x = ctx.tensor(args.self)
     positive = ctx.emit(Binary, op=BinaryOp.Greater, a=x, b=as_dtype(ctx, 0, dtype))
-    ctx.bind(node, ctx.emit(Where, cond=positive, a=x, b=_scaled(ctx, x, slope, dtype)))
+    ctx.bind(node, ctx.emit(Where, cond=positive, a=x, b=_scaled(ctx, x, args.negative_slope, dtype)))
 
 
 @lowers("aten::elu")
-def _lower_elu(ctx, node):
+def _lower_elu(ctx, node, args):
     """where(x > 0, scale * x, scale * alpha * expm1(input_scale * x)), as PyTorch computes it."""
-    args = list(node.args) + [1.0, 1.0, 1.0][len(node.args) - 1:]
-    alpha, scale, input_scale = args[1:4]
+    alpha, scale, input_scale = args.alpha, args.scale, args.input_scale
     dtype = out_dtype(node)
-    x = ctx.tensor(node.args[0])
+    x = ctx.tensor(args.self)
     negative = ctx.emit(Unary, op=UnaryOp.Expm1, x=_scaled(ctx, x, input_scale, dtype))
     positive = ctx.emit(Binary, op=BinaryOp.Greater, a=x, b=as_dtype(ctx, 0, dtype))
     ctx.bind(node, ctx.emit(Where, cond=positive, a=_scaled(ctx, x, scale, dtype),

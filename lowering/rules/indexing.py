@@ -15,9 +15,10 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 from etmlx.serializer.generated.etmlx_ir import AsType, BroadcastTo, CheckIndex, Index, IndexPut, Slice, Take, TakeAlongAxis
 from etmlx.serializer.ir import int_or_slot
 
+from ..arguments import bind
 from ..dtypes import ir_dtype
 from ..registry import lowers, op_name
-from .common import dim_size, normalize_axis, rank_of, shape_of
+from .common import dim_size, dtype_of, is_static, normalize_axis, rank_of, shape_of
 
 _INTEGER_INDEX = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
@@ -49,7 +50,8 @@ def _provably_in_range(ctx, index: fx.Node, size, wraps: bool) -> bool:
         values = ctx.constant_values[index]
         return values.numel() == 0 or bool(((values >= low) & (values < size)).all())
     if index.op == "call_function" and op_name(index.target) == "aten::arange.start_step":
-        start, end, step = (list(index.args) + [1])[:3]
+        arange = bind(index)
+        start, end, step = arange.start, arange.end, arange.step
         if all(isinstance(v, int) for v in (start, end, step)) and step > 0:
             return end <= start or (start >= low and end - 1 < size)
     return False
@@ -60,7 +62,7 @@ def _origin(ctx, index: fx.Node) -> str:
     (a method input when the method is one delegate), or the inputs they are computed
     from (a KV cache's write positions from ``cache_position``, say)."""
     while index.op == "call_function" and op_name(index.target) in _PASS_THROUGH:
-        index = index.args[0]
+        index = bind(index).self
     if index.op == "placeholder":
         return f"input '{index.name}'"
     inputs = sorted(
@@ -84,22 +86,22 @@ def _ancestors(node: fx.Node) -> set:
 
 
 @lowers("aten::embedding")
-def _lower_embedding(ctx, node):
-    weight, indices = node.args[:2]
+def _lower_embedding(ctx, node, args):
+    weight, indices = args.weight, args.indices
     checked = checked_index(ctx, indices, weight, 0, wraps=False)  # PyTorch rejects negative ids
     ctx.bind(node, ctx.emit(Take, x=ctx.tensor(weight), indices=checked, axis=0))
 
 
 @lowers("aten::index_select")
-def _lower_index_select(ctx, node):
-    x, dim, index = node.args[:3]
+def _lower_index_select(ctx, node, args):
+    x, dim, index = args.self, args.dim, args.index
     axis = normalize_axis(dim, rank_of(x))
     checked = checked_index(ctx, index, x, axis, wraps=False)
     ctx.bind(node, ctx.emit(Take, x=ctx.tensor(x), indices=checked, axis=axis))
 
 
-def _check_gather(node):
-    x, dim, index = node.args[:3]
+def _check_gather(node, args):
+    x, dim, index = args.self, args.dim, args.index
     axis = normalize_axis(dim, rank_of(x))
     for d, (size, bound) in enumerate(zip(shape_of(index), shape_of(x))):
         if d != axis and not statically_known_true(size == bound) and not isinstance(size, int):
@@ -108,10 +110,10 @@ def _check_gather(node):
 
 
 @lowers("aten::gather", check=_check_gather)
-def _lower_gather(ctx, node):
+def _lower_gather(ctx, node, args):
     """PyTorch gathers from the leading sub-block of x that index covers; MLX's
     take_along_axis broadcasts instead, so x is first sliced to index's extent."""
-    x, dim, index = node.args[:3]
+    x, dim, index = args.self, args.dim, args.index
     axis = normalize_axis(dim, rank_of(x))
     source = ctx.tensor(x)
     for d, (size, bound) in enumerate(zip(shape_of(index), shape_of(x))):
@@ -121,8 +123,8 @@ def _lower_gather(ctx, node):
     ctx.bind(node, ctx.emit(TakeAlongAxis, x=source, indices=indices, axis=axis))
 
 
-def _check_indices(node):
-    for index in node.args[1]:
+def _check_indices(node, args):
+    for index in args.indices:
         if index is not None and index.meta["val"].dtype not in _INTEGER_INDEX:
             return f"indexing with a {index.meta['val'].dtype} tensor (a boolean mask has a data-dependent shape)"
     return None
@@ -136,42 +138,39 @@ def _indexed(ctx, x, indices):
 
 
 @lowers("aten::index.Tensor", check=_check_indices)
-def _lower_index(ctx, node):
-    x, indices = node.args[:2]
-    slots, dims = _indexed(ctx, x, indices)
-    ctx.bind(node, ctx.emit(Index, x=ctx.tensor(x), indices=slots, dims=dims))
+def _lower_index(ctx, node, args):
+    slots, dims = _indexed(ctx, args.self, args.indices)
+    ctx.bind(node, ctx.emit(Index, x=ctx.tensor(args.self), indices=slots, dims=dims))
 
 
-def _check_index_put(node):
-    values = node.args[2]
-    if values.meta["val"].dtype != node.args[0].meta["val"].dtype:
+def _check_index_put(node, args):
+    if dtype_of(args.values) != dtype_of(args.self):
         return "index_put of values in another dtype"
-    return _check_indices(node)
+    return _check_indices(node, args)
 
 
 @lowers("aten::index_put", check=_check_index_put)
-def _lower_index_put(ctx, node):
-    x, indices, values = node.args[:3]
-    accumulate = bool(node.args[3]) if len(node.args) > 3 else bool(node.kwargs.get("accumulate", False))
-    slots, dims = _indexed(ctx, x, indices)
+def _lower_index_put(ctx, node, args):
+    x = args.self
+    slots, dims = _indexed(ctx, x, args.indices)
     out = ctx.emit(
-        IndexPut, x=ctx.tensor(x), indices=slots, dims=dims, values=ctx.tensor(values), accumulate=accumulate
+        IndexPut, x=ctx.tensor(x), indices=slots, dims=dims, values=ctx.tensor(args.values),
+        accumulate=bool(args.accumulate),
     )
     ctx.bind(node, out)
 
 
-def _check_copy(node):
-    shape = shape_of(node.args[0])
-    return None if all(isinstance(s, int) for s in shape) else "copy into a dynamic shape"
+def _check_copy(node, args):
+    return None if is_static(shape_of(args.self)) else "copy into a dynamic shape"
 
 
 @lowers("aten::copy", check=_check_copy)
-def _lower_copy(ctx, node):
+def _lower_copy(ctx, node, args):
     """``copy(self, src)`` is ``src`` cast to self's dtype and broadcast to its shape."""
-    x, src = node.args[:2]
+    x, src = args.self, args.src
     value = ctx.tensor(src)
-    if src.meta["val"].dtype != x.meta["val"].dtype:
-        value = ctx.emit(AsType, x=value, dtype=ir_dtype(x.meta["val"].dtype))
+    if dtype_of(src) != dtype_of(x):
+        value = ctx.emit(AsType, x=value, dtype=ir_dtype(dtype_of(x)))
     if shape_of(src) != shape_of(x):
         value = ctx.emit(BroadcastTo, x=value, shape=ctx.sizes(shape_of(x)))
     ctx.bind(node, value)

@@ -7,14 +7,16 @@ from ..registry import lowers
 
 
 @lowers("aten::mm", "aten::bmm", "aten::matmul")
-def _lower_matmul(ctx, node):
-    a, b = node.args[:2]
-    ctx.bind(node, ctx.emit(Matmul, a=ctx.tensor(a), b=ctx.tensor(b)))
+def _lower_matmul(ctx, node, args):
+    other = args.get("mat2", args.get("other"))  # matmul names it ``other``
+    ctx.bind(node, ctx.emit(Matmul, a=ctx.tensor(args.self), b=ctx.tensor(other)))
 
 
 @lowers("aten::addmm")
-def _lower_addmm(ctx, node):
-    c, a, b = node.args[:3]
-    alpha, beta = float(node.kwargs.get("alpha", 1)), float(node.kwargs.get("beta", 1))
-    out = ctx.emit(Addmm, c=ctx.tensor(c), a=ctx.tensor(a), b=ctx.tensor(b), alpha=alpha, beta=beta)
+def _lower_addmm(ctx, node, args):
+    """``beta * self + alpha * (mat1 @ mat2)``."""
+    out = ctx.emit(
+        Addmm, c=ctx.tensor(args.self), a=ctx.tensor(args.mat1), b=ctx.tensor(args.mat2),
+        alpha=float(args.alpha), beta=float(args.beta),
+    )
     ctx.bind(node, out)

@@ -24,32 +24,30 @@ from ..registry import is_frozen_placeholder, lowers
 from .common import as_dtype, dim_size, normalize_axis, out_dtype, rank_of, users_use_only_output
 
 
-def _check_softmax(node):
-    return "half_to_float softmax" if node.args[2] else None
+def _check_softmax(node, args):
+    return "half_to_float softmax" if args.half_to_float else None
 
 
 @lowers("aten::_softmax", check=_check_softmax)
-def _lower_softmax(ctx, node):
-    x, dim = node.args[:2]
-    ctx.bind(node, ctx.emit(Softmax, x=ctx.tensor(x), axis=normalize_axis(dim, rank_of(x))))
+def _lower_softmax(ctx, node, args):
+    ctx.bind(node, ctx.emit(Softmax, x=ctx.tensor(args.self), axis=normalize_axis(args.dim, rank_of(args.self))))
 
 
 @lowers("aten::_log_softmax", check=_check_softmax)
-def _lower_log_softmax(ctx, node):
-    x, dim = node.args[:2]
-    ctx.bind(node, ctx.emit(LogSoftmax, x=ctx.tensor(x), axis=normalize_axis(dim, rank_of(x))))
+def _lower_log_softmax(ctx, node, args):
+    ctx.bind(node, ctx.emit(LogSoftmax, x=ctx.tensor(args.self), axis=normalize_axis(args.dim, rank_of(args.self))))
 
 
-def _check_layer_norm(node):
-    if len(node.args[1]) != 1:
-        return f"layer norm over {len(node.args[1])} trailing dims (MLX normalizes the last one)"
+def _check_layer_norm(node, args):
+    if len(args.normalized_shape) != 1:
+        return f"layer norm over {len(args.normalized_shape)} trailing dims (MLX normalizes the last one)"
     return users_use_only_output(node)
 
 
 @lowers("aten::native_layer_norm", check=_check_layer_norm)
-def _lower_layer_norm(ctx, node):
-    x, _, weight, bias, eps = node.args
-    fields = dict(x=ctx.tensor(x), eps=float(eps), hasWeight=weight is not None, hasBias=bias is not None)
+def _lower_layer_norm(ctx, node, args):
+    weight, bias = args.weight, args.bias
+    fields = dict(x=ctx.tensor(args.input), eps=float(args.eps), hasWeight=weight is not None, hasBias=bias is not None)
     if weight is not None:
         fields["weight"] = ctx.tensor(weight)
     if bias is not None:
@@ -57,17 +55,16 @@ def _lower_layer_norm(ctx, node):
     ctx.bind(node, ctx.emit(LayerNorm, **fields), index=0)
 
 
-def _check_batch_norm(node):
-    # args: input, weight, bias, running_mean, running_var, momentum, eps
-    if not all(arg is None or is_frozen_placeholder(arg) for arg in node.args[1:5]):
+def _check_batch_norm(node, args):
+    if not all(arg is None or is_frozen_placeholder(arg) for arg in (args.weight, args.bias, args.running_mean, args.running_var)):
         return "batch norm with non-constant weight or statistics (etmlx folds constant ones)"
     return users_use_only_output(node)
 
 
 @lowers("aten::_native_batch_norm_legit_no_training", check=_check_batch_norm)
-def _lower_batch_norm(ctx, node):
+def _lower_batch_norm(ctx, node, args):
     """Folded at export into ``x * scale + shift`` with per-channel constants."""
-    x, weight, bias, mean, var, _, eps = node.args
+    x, weight, bias, mean, var, eps = args.input, args.weight, args.bias, args.running_mean, args.running_var, args.eps
     stats = {k: ctx.constant_values[v].double() for k, v in dict(mean=mean, var=var).items()}
     channels = stats["mean"].numel()
     w = ctx.constant_values[weight].double() if weight is not None else torch.ones(channels, dtype=torch.float64)
@@ -81,9 +78,8 @@ def _lower_batch_norm(ctx, node):
     ctx.bind(node, out, index=0)
 
 
-def _check_group_norm(node):
-    x = node.args[0]
-    if rank_of(x) < 2:
+def _check_group_norm(node, args):
+    if rank_of(args.input) < 2:
         return "group norm of a rank-1 input"
     return users_use_only_output(node)
 
@@ -97,10 +93,10 @@ def _per_channel(ctx, arg, rank: int, dtype):
 
 
 @lowers("aten::native_group_norm", check=_check_group_norm)
-def _lower_group_norm(ctx, node):
+def _lower_group_norm(ctx, node, args):
     """(x - mean) * rsqrt(var + eps) over each group of channels, in float32 for half
     inputs as PyTorch accumulates, then the per-channel affine."""
-    x, weight, bias, batch, _, _, groups, eps = node.args
+    x, weight, bias, batch, groups, eps = args.input, args.weight, args.bias, args.N, args.group, args.eps
     dtype, rank = out_dtype(node, 0), rank_of(x)
     wide = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
     grouped = ctx.emit(Reshape, x=as_dtype(ctx, x, wide), shape=[ctx.size(batch), int_or_slot(groups), int_or_slot(-1)])

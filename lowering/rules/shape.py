@@ -23,23 +23,22 @@ from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
 from etmlx.serializer.ir import int_or_slot
 
 from ..dtypes import ir_dtype
-from ..registry import lowers
+from ..registry import lowers, op_name
 from .common import as_dtype, dim_size, is_static, normalize_axis, out_dtype, rank_of, shape_of
 
 INT64_MAX = 2**63 - 1
 
 
 @lowers("aten::view_copy", "aten::_unsafe_view", "aten::reshape")
-def _lower_view(ctx, node):
-    x, sizes = node.args[:2]
-    ctx.bind(node, ctx.emit(Reshape, x=ctx.tensor(x), shape=ctx.sizes(sizes)))
+def _lower_view(ctx, node, args):
+    sizes = args.get("size", args.get("shape"))  # reshape names it ``shape``
+    ctx.bind(node, ctx.emit(Reshape, x=ctx.tensor(args.self), shape=ctx.sizes(sizes)))
 
 
 @lowers("aten::permute_copy")
-def _lower_permute(ctx, node):
-    x, dims = node.args[:2]
-    rank = rank_of(x)
-    ctx.bind(node, ctx.emit(Transpose, x=ctx.tensor(x), perm=[normalize_axis(d, rank) for d in dims]))
+def _lower_permute(ctx, node, args):
+    rank = rank_of(args.self)
+    ctx.bind(node, ctx.emit(Transpose, x=ctx.tensor(args.self), perm=[normalize_axis(d, rank) for d in args.dims]))
 
 
 def _swap(rank: int, a: int, b: int) -> list:
@@ -49,8 +48,8 @@ def _swap(rank: int, a: int, b: int) -> list:
 
 
 @lowers("aten::t_copy")
-def _lower_t(ctx, node):
-    x = node.args[0]
+def _lower_t(ctx, node, args):
+    x = args.self
     if rank_of(x) < 2:
         ctx.bind(node, ctx.tensor(x))
     else:
@@ -58,52 +57,45 @@ def _lower_t(ctx, node):
 
 
 @lowers("aten::transpose_copy.int")
-def _lower_transpose(ctx, node):
-    x, a, b = node.args[:3]
-    rank = rank_of(x)
-    perm = _swap(rank, normalize_axis(a, rank), normalize_axis(b, rank))
-    ctx.bind(node, ctx.emit(Transpose, x=ctx.tensor(x), perm=perm))
+def _lower_transpose(ctx, node, args):
+    rank = rank_of(args.self)
+    perm = _swap(rank, normalize_axis(args.dim0, rank), normalize_axis(args.dim1, rank))
+    ctx.bind(node, ctx.emit(Transpose, x=ctx.tensor(args.self), perm=perm))
 
 
 @lowers("aten::unsqueeze_copy")
-def _lower_unsqueeze(ctx, node):
-    x, dim = node.args[:2]
-    axis = normalize_axis(dim, rank_of(x) + 1)
-    ctx.bind(node, ctx.emit(ExpandDims, x=ctx.tensor(x), axes=[axis]))
+def _lower_unsqueeze(ctx, node, args):
+    axis = normalize_axis(args.dim, rank_of(args.self) + 1)
+    ctx.bind(node, ctx.emit(ExpandDims, x=ctx.tensor(args.self), axes=[axis]))
 
 
-def _squeezed_axes(node) -> list:
-    x = node.args[0]
-    rank = rank_of(x)
-    if len(node.args) < 2:
-        dims = range(rank)
-    else:
-        dims = node.args[1] if isinstance(node.args[1], (list, tuple)) else [node.args[1]]
-    shape = shape_of(x)
-    return sorted({normalize_axis(d, rank) for d in dims if rank and shape[normalize_axis(d, rank)] == 1})
+def _squeeze_dims(args) -> list:
+    """The axes a squeeze names (``squeeze_copy`` names none: all of them)."""
+    rank = rank_of(args.self)
+    if not rank:
+        return []
+    dims = args.get("dim", range(rank))
+    return sorted({normalize_axis(d, rank) for d in (dims if isinstance(dims, (list, tuple, range)) else [dims])})
 
 
-def _check_squeeze(node):
-    x = node.args[0]
-    rank = rank_of(x)
-    dims = range(rank) if len(node.args) < 2 else node.args[1]
-    dims = dims if isinstance(dims, (list, range, tuple)) else [dims]
-    for d in dims:
-        if rank and not isinstance(shape_of(x)[normalize_axis(d, rank)], int):
-            return "squeeze of a dynamic dim (whether it is 1 is known only at run time)"
+def _check_squeeze(node, args):
+    shape = shape_of(args.self)
+    if not all(isinstance(shape[axis], int) for axis in _squeeze_dims(args)):
+        return "squeeze of a dynamic dim (whether it is 1 is known only at run time)"
     return None
 
 
 @lowers("aten::squeeze_copy.dims", "aten::squeeze_copy.dim", "aten::squeeze_copy", check=_check_squeeze)
-def _lower_squeeze(ctx, node):
-    axes = _squeezed_axes(node)
-    x = ctx.tensor(node.args[0])
+def _lower_squeeze(ctx, node, args):
+    shape = shape_of(args.self)
+    axes = [axis for axis in _squeeze_dims(args) if shape[axis] == 1]
+    x = ctx.tensor(args.self)
     ctx.bind(node, ctx.emit(Squeeze, x=x, axes=axes) if axes else x)
 
 
 @lowers("aten::expand_copy")
-def _lower_expand(ctx, node):
-    x, sizes = node.args[:2]
+def _lower_expand(ctx, node, args):
+    x, sizes = args.self, args.size
     offset = len(sizes) - rank_of(x)
     shape = []
     for i, size in enumerate(sizes):
@@ -118,23 +110,20 @@ def _slice(ctx, x, axis, start, stop, step=1):
     return ctx.emit(Slice, x=ctx.tensor(x), axis=axis, start=ctx.size(start), stop=ctx.size(stop), step=step)
 
 
-def _check_slice(node):
-    step = node.args[4] if len(node.args) > 4 else 1
-    return None if isinstance(step, int) and step > 0 else "slice with a non-positive or dynamic step"
+def _check_slice(node, args):
+    return None if isinstance(args.step, int) and args.step > 0 else "slice with a non-positive or dynamic step"
 
 
 @lowers("aten::slice_copy.Tensor", check=_check_slice)
-def _lower_slice(ctx, node):
-    args = list(node.args) + [None] * (5 - len(node.args))
-    x, dim, start, end, step = args
-    axis = normalize_axis(dim or 0, rank_of(x))
-    start = 0 if start is None else start
-    end = INT64_MAX if end is None else end
-    ctx.bind(node, _slice(ctx, x, axis, start, end, step or 1))
+def _lower_slice(ctx, node, args):
+    axis = normalize_axis(args.dim, rank_of(args.self))
+    start = 0 if args.start is None else args.start
+    end = INT64_MAX if args.end is None else args.end
+    ctx.bind(node, _slice(ctx, args.self, axis, start, end, args.step))
 
 
-def _check_select(node):
-    x, dim, index = node.args[:3]
+def _check_select(node, args):
+    x, dim, index = args.self, args.dim, args.index
     size = shape_of(x)[normalize_axis(dim, rank_of(x))]
     if not isinstance(index, int) or (index < 0 and not isinstance(size, int)):
         return "select with a dynamic index, or a negative one on a dynamic dim"
@@ -142,8 +131,8 @@ def _check_select(node):
 
 
 @lowers("aten::select_copy.int", check=_check_select)
-def _lower_select(ctx, node):
-    x, dim, index = node.args[:3]
+def _lower_select(ctx, node, args):
+    x, dim, index = args.self, args.dim, args.index
     axis = normalize_axis(dim, rank_of(x))
     if index < 0:
         index += shape_of(x)[axis]
@@ -158,18 +147,17 @@ def _split_bounds(sizes):
         start += size
 
 
-def _check_static_split_dim(node):
-    x, dim = node.args[0], node.args[2] if len(node.args) > 2 else 0
-    if not isinstance(shape_of(x)[normalize_axis(dim, rank_of(x))], int):
-        return "split along a dynamic dim"
+def _check_static_split_dim(node, args):
+    if not isinstance(shape_of(args.self)[normalize_axis(args.dim, rank_of(args.self))], int):
+        return f"{op_name(node.target)} along a dynamic dim"
     return None
 
 
 @lowers("aten::split_with_sizes_copy", "aten::split_copy.Tensor", check=_check_static_split_dim)
-def _lower_split(ctx, node):
-    x, split = node.args[:2]
-    dim = node.args[2] if len(node.args) > 2 else 0
-    axis = normalize_axis(dim, rank_of(x))
+def _lower_split(ctx, node, args):
+    x = args.self
+    split = args.get("split_size", args.get("split_sizes"))
+    axis = normalize_axis(args.dim, rank_of(x))
     if isinstance(split, int):
         total = shape_of(x)[axis]
         split = [min(split, total - s) for s in range(0, total, split)]
@@ -177,50 +165,40 @@ def _lower_split(ctx, node):
         ctx.bind(node, _slice(ctx, x, axis, start, stop), index=index)
 
 
-def _check_unbind(node):
-    x, dim = node.args[0], node.args[1] if len(node.args) > 1 else 0
-    if not isinstance(shape_of(x)[normalize_axis(dim, rank_of(x))], int):
-        return "unbind along a dynamic dim"
-    return None
-
-
-@lowers("aten::unbind_copy.int", check=_check_unbind)
-def _lower_unbind(ctx, node):
-    x = node.args[0]
-    axis = normalize_axis(node.args[1] if len(node.args) > 1 else 0, rank_of(x))
+@lowers("aten::unbind_copy.int", check=_check_static_split_dim)
+def _lower_unbind(ctx, node, args):
+    x = args.self
+    axis = normalize_axis(args.dim, rank_of(x))
     for index in range(shape_of(x)[axis]):
         sliced = _slice(ctx, x, axis, index, index + 1)
         ctx.bind(node, ctx.emit(Squeeze, x=sliced, axes=[axis]), index=index)
 
 
 @lowers("aten::cat")
-def _lower_cat(ctx, node):
-    tensors = node.args[0]
-    dim = node.args[1] if len(node.args) > 1 else 0
-    tensors = [t for t in tensors if shape_of(t) != (0,)]  # PyTorch skips legacy empty 1-d tensors
-    axis = normalize_axis(dim, rank_of(node))
+def _lower_cat(ctx, node, args):
+    tensors = [t for t in args.tensors if shape_of(t) != (0,)]  # PyTorch skips legacy empty 1-d tensors
+    axis = normalize_axis(args.dim, rank_of(node))
     ctx.bind(node, ctx.emit(Concatenate, xs=[ctx.tensor(t) for t in tensors], axis=axis))
 
 
-def _check_repeat(node):
-    return None if all(isinstance(r, int) for r in node.args[1]) else "repeat by a dynamic count"
+def _check_repeat(node, args):
+    return None if is_static(args.repeats) else "repeat by a dynamic count"
 
 
 @lowers("aten::repeat", check=_check_repeat)
-def _lower_repeat(ctx, node):
-    x, repeats = node.args[:2]
-    ctx.bind(node, ctx.emit(Tile, x=ctx.tensor(x), reps=list(repeats)))
+def _lower_repeat(ctx, node, args):
+    ctx.bind(node, ctx.emit(Tile, x=ctx.tensor(args.self), reps=list(args.repeats)))
 
 
 @lowers("aten::clone", "dim_order_ops::_clone_dim_order", "aten::alias_copy", "aten::detach_copy")
-def _lower_alias(ctx, node):
+def _lower_alias(ctx, node, args):
     """MLX arrays are immutable, so a copy needs no node: the result is the operand."""
-    ctx.bind(node, ctx.tensor(node.args[0]))
+    ctx.bind(node, ctx.tensor(args.self))
 
 
 @lowers("aten::_to_copy", "dim_order_ops::_to_dim_order_copy")
-def _lower_to_copy(ctx, node):
-    x = node.args[0]
+def _lower_to_copy(ctx, node, args):
+    x = args.self
     dtype = out_dtype(node)
     if dtype == x.meta["val"].dtype:
         ctx.bind(node, ctx.tensor(x))
@@ -228,21 +206,17 @@ def _lower_to_copy(ctx, node):
         ctx.bind(node, ctx.emit(AsType, x=ctx.tensor(x), dtype=ir_dtype(dtype)))
 
 
-def _check_pad(node):
-    pad = node.args[1]
-    if any(not isinstance(p, int) for p in pad):
-        return "dynamic padding"
-    return None
+def _check_pad(node, args):
+    return None if is_static(args.pad) else "dynamic padding"
 
 
 @lowers("aten::constant_pad_nd", check=_check_pad)
-def _lower_pad(ctx, node):
+def _lower_pad(ctx, node, args):
     """PyTorch lists (before, after) pairs from the last axis backwards; MLX per axis.
     A negative width crops that side, as in PyTorch: a Slice before the Pad. (ExecuTorch's
     own kernel rejects negative widths, so declining would leave the program unrunnable
     on its runtime.)"""
-    x, pad = node.args[:2]
-    value = node.args[2] if len(node.args) > 2 else 0
+    x, pad = args.self, args.pad
     out = ctx.tensor(x)
     pairs = [(0, 0)] * rank_of(x)
     for i in range(len(pad) // 2):
@@ -252,21 +226,21 @@ def _lower_pad(ctx, node):
             out = ctx.emit(Slice, x=out, axis=axis, start=ctx.size(max(0, -before)), stop=ctx.size(stop), step=1)
         pairs[axis] = (max(0, before), max(0, after))
     if any(pair != (0, 0) for pair in pairs):
-        out = ctx.emit(Pad, x=out, padWidth=[p for pair in pairs for p in pair], value=float(value))
+        out = ctx.emit(Pad, x=out, padWidth=[p for pair in pairs for p in pair], value=float(args.value))
     ctx.bind(node, out)
 
 
-def _check_flip(node):
-    x, dims = node.args[:2]
+def _check_flip(node, args):
+    x, dims = args.self, args.dims
     if not all(isinstance(shape_of(x)[normalize_axis(d, rank_of(x))], int) for d in dims):
         return "flip along a dynamic dim"
     return None
 
 
 @lowers("aten::flip", check=_check_flip)
-def _lower_flip(ctx, node):
+def _lower_flip(ctx, node, args):
     """A gather with a reversed index, built at export."""
-    x, dims = node.args[:2]
+    x, dims = args.self, args.dims
     out = ctx.tensor(x)
     for d in sorted({normalize_axis(d, rank_of(x)) for d in dims}):
         reversed_index = ctx.add_constant(torch.arange(shape_of(x)[d] - 1, -1, -1, dtype=torch.int32))
@@ -274,9 +248,9 @@ def _lower_flip(ctx, node):
     ctx.bind(node, out)
 
 
-def _nearest_scales(node):
-    x, output_size, scale_factors = (list(node.args) + [None, None])[:3]
-    spatial = shape_of(x)[2:]
+def _nearest_scales(args):
+    output_size, scale_factors = args.output_size, args.scale_factors
+    spatial = shape_of(args.input)[2:]
     if not is_static(spatial):
         return None
     if output_size is not None:
@@ -288,18 +262,18 @@ def _nearest_scales(node):
     return [int(f) for f in scale_factors]
 
 
-def _check_nearest(node):
-    if _nearest_scales(node) is None:
+def _check_nearest(node, args):
+    if _nearest_scales(args) is None:
         return "nearest upsampling by a non-integer or dynamic factor"
     return None
 
 
 @lowers("aten::upsample_nearest2d.vec", check=_check_nearest)
-def _lower_nearest(ctx, node):
+def _lower_nearest(ctx, node, args):
     """With an integer factor s, nearest upsampling repeats every element s times per
     spatial axis: (N, C, H, W) -> (N, C, H, 1, W, 1) -> broadcast (.., s, .., s) -> merge."""
-    x = node.args[0]
-    scales = _nearest_scales(node)
+    x = args.input
+    scales = _nearest_scales(args)
     batch = [dim_size(ctx, x, 0), dim_size(ctx, x, 1)]
     spatial = shape_of(x)[2:]
     split = [int_or_slot(v) for n in spatial for v in (n, 1)]
@@ -310,9 +284,8 @@ def _lower_nearest(ctx, node):
     ctx.bind(node, ctx.emit(Reshape, x=out, shape=batch + merged))
 
 
-def _check_bilinear(node):
-    x = node.args[0]
-    return None if is_static(shape_of(x)) else "bilinear upsampling of a dynamic shape"
+def _check_bilinear(node, args):
+    return None if is_static(shape_of(args.input)) else "bilinear upsampling of a dynamic shape"
 
 
 def _source_index(in_size: int, out_size: int, align_corners: bool, scale):
@@ -329,10 +302,10 @@ def _source_index(in_size: int, out_size: int, align_corners: bool, scale):
 
 
 @lowers("aten::upsample_bilinear2d.vec", check=_check_bilinear)
-def _lower_bilinear(ctx, node):
+def _lower_bilinear(ctx, node, args):
     """Separable linear interpolation: per spatial axis, two gathers with indices and
     weights computed at export, blended in float32."""
-    x, output_size, align_corners, scale_factors = (list(node.args) + [None])[:4]
+    x, output_size, align_corners, scale_factors = args.input, args.output_size, args.align_corners, args.scale_factors
     dtype = out_dtype(node)
     spatial = shape_of(x)[2:]
     if output_size is None:

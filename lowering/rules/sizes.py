@@ -10,8 +10,8 @@ from .common import normalize_axis, rank_of
 
 
 @lowers("aten::sym_size.int")
-def _lower_sym_size(ctx, node):
-    x, dim = node.args[:2]
+def _lower_sym_size(ctx, node, args):
+    x, dim = args.self, args.dim
     ctx.bind_int(node, ctx.emit(SymSize, x=ctx.tensor(x), axis=normalize_axis(dim, rank_of(x)), outInt=ctx.new_int()))
 
 
@@ -24,14 +24,13 @@ INT_OPS = {
 }
 
 
-def _check_int_op(node):
+def _check_int_op(node, args):
     if not isinstance(node.meta.get("val"), torch.SymInt):
         return "arithmetic on a non-integer size"
     return None
 
 
 @lowers(*INT_OPS, check=_check_int_op)
-def _lower_int_op(ctx, node):
-    a, b = node.args[:2]
+def _lower_int_op(ctx, node, args):
     op = INT_OPS[f"_operator.{node.target.__name__}"]
-    ctx.bind_int(node, ctx.emit(IntBinary, op=op, a=ctx.size(a), b=ctx.size(b), outInt=ctx.new_int()))
+    ctx.bind_int(node, ctx.emit(IntBinary, op=op, a=ctx.size(args.a), b=ctx.size(args.b), outInt=ctx.new_int()))

@@ -1,0 +1,73 @@
+"""Arguments bound by the operator's schema: the one reading both halves of a rule share."""
+
+import operator
+
+import pytest
+import torch
+from torch import fx
+
+from etmlx.lowering.arguments import bind
+
+aten = torch.ops.aten
+
+
+def _call(target, *args, **kwargs):
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    return graph.call_function(target, (x, *args), kwargs), x
+
+
+@pytest.mark.parametrize(
+    "args,kwargs",
+    [(([1],), {}), (([1], False), {}), (([1],), {"keepdim": False}), ((), {"dim": [1], "keepdim": False})],
+    ids=["default", "positional", "keyword", "all-keywords"],
+)
+def test_spellings_of_one_call_bind_alike(args, kwargs):
+    node, x = _call(aten.sum.dim_IntList, *args, **kwargs)
+    bound = bind(node)
+    assert (bound.self, bound.dim, bound.keepdim, bound.dtype) == (x, [1], False, None)
+
+
+def test_keyword_only_defaults_are_filled():
+    node, _ = _call(aten.add.Tensor, 2.0)
+    assert bind(node).alpha == 1
+    node, _ = _call(aten.add.Tensor, 2.0, alpha=3)
+    assert bind(node).alpha == 3
+
+
+def test_python_operators_bind_by_signature():
+    node, x = _call(operator.mul, 4)
+    assert (bind(node).a, bind(node).b) == (x, 4)
+
+
+def test_an_unknown_name_says_which_the_operator_has():
+    node, _ = _call(aten.relu.default)
+    with pytest.raises(AttributeError, match="aten::relu has no argument 'dim' \\(it has self\\)"):
+        bind(node).dim
+    assert bind(node).get("dim", 7) == 7
+
+
+def test_arguments_are_read_only():
+    node, _ = _call(aten.relu.default)
+    with pytest.raises(AttributeError, match="read-only"):
+        bind(node).self = None
+
+
+@pytest.mark.parametrize(
+    "args,error",
+    [((), "without its argument 'dim'"), (([1], False, None), "4 positional arguments")],
+    ids=["missing", "too-many"],
+)
+def test_malformed_calls_are_named(args, error):
+    node, _ = _call(aten.sum.dim_IntList, *args)
+    with pytest.raises(TypeError, match=error):
+        bind(node)
+
+
+def test_a_node_is_rebound_after_a_pass_replaces_its_arguments():
+    node, x = _call(aten.sum.dim_IntList, [1])
+    assert bind(node).self is x
+    y = node.graph.placeholder("y")
+    node.replace_input_with(x, y)
+    assert bind(node).self is y
+    assert bind(node) is bind(node)  # and bound once while they stay
