@@ -11,6 +11,7 @@ import inspect
 import weakref
 from typing import Any
 
+import torch
 from torch import fx
 
 
@@ -75,10 +76,25 @@ def _bind(node: fx.Node) -> BoundArguments:
         elif argument.name in node.kwargs:
             values[argument.name] = node.kwargs[argument.name]
         elif argument.has_default_value():
-            values[argument.name] = argument.default_value
+            values[argument.name] = _default(argument)
         else:
             raise TypeError(f"{op} called without its argument {argument.name!r}: {node.format_node()}")
     return BoundArguments(values, op)
+
+
+# c10::ScalarType numbers: how a schema spells a dtype default (``ScalarType output_dtype=6``).
+_SCALAR_TYPES = {
+    0: torch.uint8, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.int64,
+    5: torch.float16, 6: torch.float32, 7: torch.float64, 11: torch.bool, 15: torch.bfloat16,
+}
+
+
+def _default(argument):
+    """The schema's default, a dtype default as the ``torch.dtype`` a caller would pass."""
+    value = argument.default_value
+    if "ScalarType" in str(argument.real_type) and isinstance(value, int):
+        return _SCALAR_TYPES[value]
+    return value
 
 
 def _bind_signature(node: fx.Node) -> BoundArguments:

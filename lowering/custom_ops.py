@@ -39,3 +39,51 @@ def roll(x: torch.Tensor, shifts: list[int], dims: list[int]) -> torch.Tensor:
 @roll.register_fake
 def _(x, shifts, dims):
     return torch.empty_like(x)
+
+
+def dequantize(qdata: torch.Tensor, scale: torch.Tensor, zero_point: Optional[torch.Tensor], group_size: int):
+    """torchao's affine dequantization of a 2-d weight quantized in groups of
+    ``group_size`` along its rows: ``(q - zero_point) * scale`` in the scale's dtype."""
+    rows, columns = qdata.shape
+    grouped = qdata.reshape(rows, columns // group_size, group_size).to(scale.dtype)
+    if zero_point is not None:
+        grouped = grouped - zero_point.reshape(rows, -1, 1).to(scale.dtype)
+    return (grouped * scale.reshape(rows, -1, 1)).reshape(rows, columns)
+
+
+@torch.library.custom_op("etmlx::quantized_linear", mutates_args=())
+def quantized_linear(
+    x: torch.Tensor,
+    qdata: torch.Tensor,
+    scale: torch.Tensor,
+    zero_point: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+    group_size: int,
+    bits: int,
+) -> torch.Tensor:
+    """``linear(x, dequantize_affine(qdata, ...), bias)`` with weights quantized to
+    ``bits`` bits (``qdata`` holds them signed, in int8) per group of ``group_size``."""
+    return F.linear(x, dequantize(qdata, scale, zero_point, group_size).to(x.dtype), bias)
+
+
+@quantized_linear.register_fake
+def _(x, qdata, scale, zero_point, bias, group_size, bits):
+    return x.new_empty((*x.shape[:-1], qdata.shape[0]))
+
+
+@torch.library.custom_op("etmlx::quantized_embedding", mutates_args=())
+def quantized_embedding(
+    qdata: torch.Tensor,
+    scale: torch.Tensor,
+    zero_point: Optional[torch.Tensor],
+    indices: torch.Tensor,
+    group_size: int,
+    bits: int,
+) -> torch.Tensor:
+    """``embedding(dequantize_affine(qdata, ...), indices)``; rows quantized as above."""
+    return F.embedding(indices, dequantize(qdata, scale, zero_point, group_size))
+
+
+@quantized_embedding.register_fake
+def _(qdata, scale, zero_point, indices, group_size, bits):
+    return scale.new_empty((*indices.shape, qdata.shape[1]))

@@ -8,6 +8,10 @@ TORCH_TO_IR = {getattr(torch, name): dtype for dtype, name in TORCH_DTYPE_NAMES.
 
 FLOATING = (torch.float16, torch.bfloat16, torch.float32)
 
+# Packed quantized weights (lowering/rules/quantized.py): written as constants, never
+# an operator's operand in the graph, where PyTorch's uint32 support is partial.
+STORAGE_ONLY = (torch.uint32,)
+
 
 def ir_dtype(dtype: torch.dtype) -> int:
     return TORCH_TO_IR[dtype]
@@ -21,7 +25,7 @@ def fill_fields(value, dtype: torch.dtype) -> dict:
 
 
 def check_dtype(dtype: torch.dtype):
-    if dtype in TORCH_TO_IR:
+    if dtype in TORCH_TO_IR and dtype not in STORAGE_ONLY:
         return None
     return f"dtype {str(dtype).replace('torch.', '')} is not computed by MLX here"
 

@@ -28,6 +28,7 @@ TORCH_DTYPE_NAMES = {
     _dtype.DType.Float16: "float16",
     _dtype.DType.BFloat16: "bfloat16",
     _dtype.DType.Float32: "float32",
+    _dtype.DType.UInt32: "uint32",
 }
 
 TidT = _tid.TidT

@@ -27,8 +27,9 @@ from .validate import validate
 # which a test compares with this).
 BACKEND_ID = "EtMlxBackend"
 MAGIC = b"EMLX"
-# 1: the first format. 2: CheckIndex (bounds-checked run-time indices).
-FORMAT_VERSION = 2
+# 1: the first format. 2: CheckIndex (bounds-checked run-time indices). 3: quantized
+# weights (QuantizedMatmul, Dequantize).
+FORMAT_VERSION = 3
 _HEADER = struct.Struct("<4sIQII")
 HEADER_SIZE = _HEADER.size
 

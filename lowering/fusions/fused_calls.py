@@ -18,11 +18,18 @@ from torch import fx
 import etmlx.lowering.custom_ops  # noqa: F401  (registers torch.ops.etmlx.*)
 from etmlx.lowering.arguments import bind
 from etmlx.lowering.dtypes import check_dtype
+from etmlx.lowering.registry import mark_frozen_placeholders
 from etmlx.lowering.rules.attention import check_roll, check_sdpa
 
 from etmlx.partitioner.report import PartitionReport
 
+from . import quantized_weights
+
 aten = torch.ops.aten
+
+
+def _always(node) -> bool:
+    return True
 
 
 @dataclass(frozen=True)
@@ -30,6 +37,7 @@ class FusedOp:
     aten_op: object
     check: Callable  # (node) -> None when MLX takes the call, else why not
     rewrite: Callable  # (graph, node) -> new node computing the same value
+    applies: Callable = _always  # (node) -> whether the call is this fusion's at all
 
 
 def _val(arg):
@@ -113,17 +121,22 @@ def _roll_rewrite(graph, node):
 FUSED_OPS = [
     FusedOp(aten.scaled_dot_product_attention.default, _check_sdpa_call, _sdpa_rewrite),
     FusedOp(aten.roll.default, _check_roll_call, _roll_rewrite),
+    FusedOp(aten.linear.default, quantized_weights.check_linear, quantized_weights.rewrite_linear,
+            quantized_weights.reads_dequantized_weight),
+    FusedOp(aten.embedding.default, quantized_weights.check_embedding, quantized_weights.rewrite_embedding,
+            quantized_weights.reads_dequantized_weight),
 ]
 
 
 def retarget_fused_calls(program, report: PartitionReport):
     """Rewrites, in place, each accepted call of a fused op; records declined ones."""
     graph = program.graph_module.graph
+    mark_frozen_placeholders(program)
     by_target = {op.aten_op: op for op in FUSED_OPS}
     changed = False
     for node in list(graph.nodes):
         fused = by_target.get(node.target) if node.op == "call_function" else None
-        if fused is None:
+        if fused is None or not fused.applies(node):
             continue
         reason = fused.check(node)
         if reason is not None:

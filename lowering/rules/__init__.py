@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     indexing,
     matmul,
     normalization,
+    quantized,
     reduction,
     scan,
     shape,

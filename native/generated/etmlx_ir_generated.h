@@ -95,6 +95,12 @@ struct IndexPutBuilder;
 struct CheckIndex;
 struct CheckIndexBuilder;
 
+struct QuantizedMatmul;
+struct QuantizedMatmulBuilder;
+
+struct Dequantize;
+struct DequantizeBuilder;
+
 struct Reduce;
 struct ReduceBuilder;
 
@@ -203,6 +209,10 @@ inline const ::flatbuffers::TypeTable *IndexPutTypeTable();
 
 inline const ::flatbuffers::TypeTable *CheckIndexTypeTable();
 
+inline const ::flatbuffers::TypeTable *QuantizedMatmulTypeTable();
+
+inline const ::flatbuffers::TypeTable *DequantizeTypeTable();
+
 inline const ::flatbuffers::TypeTable *ReduceTypeTable();
 
 inline const ::flatbuffers::TypeTable *VarianceTypeTable();
@@ -249,11 +259,12 @@ enum class DType : int8_t {
   Float16 = 6,
   BFloat16 = 7,
   Float32 = 8,
+  UInt32 = 9,
   MIN = Bool,
-  MAX = Float32
+  MAX = UInt32
 };
 
-inline const DType (&EnumValuesDType())[9] {
+inline const DType (&EnumValuesDType())[10] {
   static const DType values[] = {
     DType::Bool,
     DType::UInt8,
@@ -263,13 +274,14 @@ inline const DType (&EnumValuesDType())[9] {
     DType::Int64,
     DType::Float16,
     DType::BFloat16,
-    DType::Float32
+    DType::Float32,
+    DType::UInt32
   };
   return values;
 }
 
 inline const char * const *EnumNamesDType() {
-  static const char * const names[10] = {
+  static const char * const names[11] = {
     "Bool",
     "UInt8",
     "Int8",
@@ -279,13 +291,14 @@ inline const char * const *EnumNamesDType() {
     "Float16",
     "BFloat16",
     "Float32",
+    "UInt32",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameDType(DType e) {
-  if (::flatbuffers::IsOutRange(e, DType::Bool, DType::Float32)) return "";
+  if (::flatbuffers::IsOutRange(e, DType::Bool, DType::UInt32)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesDType()[index];
 }
@@ -693,11 +706,13 @@ enum class Op : uint8_t {
   Pad = 36,
   RmsNorm = 37,
   CheckIndex = 38,
+  QuantizedMatmul = 39,
+  Dequantize = 40,
   MIN = NONE,
-  MAX = CheckIndex
+  MAX = Dequantize
 };
 
-inline const Op (&EnumValuesOp())[39] {
+inline const Op (&EnumValuesOp())[41] {
   static const Op values[] = {
     Op::NONE,
     Op::Unary,
@@ -737,13 +752,15 @@ inline const Op (&EnumValuesOp())[39] {
     Op::Variance,
     Op::Pad,
     Op::RmsNorm,
-    Op::CheckIndex
+    Op::CheckIndex,
+    Op::QuantizedMatmul,
+    Op::Dequantize
   };
   return values;
 }
 
 inline const char * const *EnumNamesOp() {
-  static const char * const names[40] = {
+  static const char * const names[42] = {
     "NONE",
     "Unary",
     "Binary",
@@ -783,13 +800,15 @@ inline const char * const *EnumNamesOp() {
     "Pad",
     "RmsNorm",
     "CheckIndex",
+    "QuantizedMatmul",
+    "Dequantize",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameOp(Op e) {
-  if (::flatbuffers::IsOutRange(e, Op::NONE, Op::CheckIndex)) return "";
+  if (::flatbuffers::IsOutRange(e, Op::NONE, Op::Dequantize)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesOp()[index];
 }
@@ -948,6 +967,14 @@ template<> struct OpTraits<etmlx_ir::RmsNorm> {
 
 template<> struct OpTraits<etmlx_ir::CheckIndex> {
   static const Op enum_value = Op::CheckIndex;
+};
+
+template<> struct OpTraits<etmlx_ir::QuantizedMatmul> {
+  static const Op enum_value = Op::QuantizedMatmul;
+};
+
+template<> struct OpTraits<etmlx_ir::Dequantize> {
+  static const Op enum_value = Op::Dequantize;
 };
 
 template <bool B = false>
@@ -3081,6 +3108,206 @@ inline ::flatbuffers::Offset<CheckIndex> CreateCheckIndexDirect(
       out);
 }
 
+struct QuantizedMatmul FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef QuantizedMatmulBuilder Builder;
+  static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
+    return QuantizedMatmulTypeTable();
+  }
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_X = 4,
+    VT_W = 6,
+    VT_SCALES = 8,
+    VT_BIASES = 10,
+    VT_GROUP_SIZE = 12,
+    VT_BITS = 14,
+    VT_OUT = 16
+  };
+  const etmlx_ir::Tid *x() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_X);
+  }
+  const etmlx_ir::Tid *w() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_W);
+  }
+  const etmlx_ir::Tid *scales() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_SCALES);
+  }
+  const etmlx_ir::Tid *biases() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_BIASES);
+  }
+  int32_t group_size() const {
+    return GetField<int32_t>(VT_GROUP_SIZE, 0);
+  }
+  int32_t bits() const {
+    return GetField<int32_t>(VT_BITS, 0);
+  }
+  const etmlx_ir::Tid *out() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_OUT);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_X, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_W, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_SCALES, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_BIASES, 4) &&
+           VerifyField<int32_t>(verifier, VT_GROUP_SIZE, 4) &&
+           VerifyField<int32_t>(verifier, VT_BITS, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_OUT, 4) &&
+           verifier.EndTable();
+  }
+};
+
+struct QuantizedMatmulBuilder {
+  typedef QuantizedMatmul Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_x(const etmlx_ir::Tid *x) {
+    fbb_.AddStruct(QuantizedMatmul::VT_X, x);
+  }
+  void add_w(const etmlx_ir::Tid *w) {
+    fbb_.AddStruct(QuantizedMatmul::VT_W, w);
+  }
+  void add_scales(const etmlx_ir::Tid *scales) {
+    fbb_.AddStruct(QuantizedMatmul::VT_SCALES, scales);
+  }
+  void add_biases(const etmlx_ir::Tid *biases) {
+    fbb_.AddStruct(QuantizedMatmul::VT_BIASES, biases);
+  }
+  void add_group_size(int32_t group_size) {
+    fbb_.AddElement<int32_t>(QuantizedMatmul::VT_GROUP_SIZE, group_size, 0);
+  }
+  void add_bits(int32_t bits) {
+    fbb_.AddElement<int32_t>(QuantizedMatmul::VT_BITS, bits, 0);
+  }
+  void add_out(const etmlx_ir::Tid *out) {
+    fbb_.AddStruct(QuantizedMatmul::VT_OUT, out);
+  }
+  explicit QuantizedMatmulBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<QuantizedMatmul> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<QuantizedMatmul>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<QuantizedMatmul> CreateQuantizedMatmul(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const etmlx_ir::Tid *x = nullptr,
+    const etmlx_ir::Tid *w = nullptr,
+    const etmlx_ir::Tid *scales = nullptr,
+    const etmlx_ir::Tid *biases = nullptr,
+    int32_t group_size = 0,
+    int32_t bits = 0,
+    const etmlx_ir::Tid *out = nullptr) {
+  QuantizedMatmulBuilder builder_(_fbb);
+  builder_.add_out(out);
+  builder_.add_bits(bits);
+  builder_.add_group_size(group_size);
+  builder_.add_biases(biases);
+  builder_.add_scales(scales);
+  builder_.add_w(w);
+  builder_.add_x(x);
+  return builder_.Finish();
+}
+
+struct Dequantize FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef DequantizeBuilder Builder;
+  static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
+    return DequantizeTypeTable();
+  }
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_W = 4,
+    VT_SCALES = 6,
+    VT_BIASES = 8,
+    VT_GROUP_SIZE = 10,
+    VT_BITS = 12,
+    VT_OUT = 14
+  };
+  const etmlx_ir::Tid *w() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_W);
+  }
+  const etmlx_ir::Tid *scales() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_SCALES);
+  }
+  const etmlx_ir::Tid *biases() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_BIASES);
+  }
+  int32_t group_size() const {
+    return GetField<int32_t>(VT_GROUP_SIZE, 0);
+  }
+  int32_t bits() const {
+    return GetField<int32_t>(VT_BITS, 0);
+  }
+  const etmlx_ir::Tid *out() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_OUT);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_W, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_SCALES, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_BIASES, 4) &&
+           VerifyField<int32_t>(verifier, VT_GROUP_SIZE, 4) &&
+           VerifyField<int32_t>(verifier, VT_BITS, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_OUT, 4) &&
+           verifier.EndTable();
+  }
+};
+
+struct DequantizeBuilder {
+  typedef Dequantize Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_w(const etmlx_ir::Tid *w) {
+    fbb_.AddStruct(Dequantize::VT_W, w);
+  }
+  void add_scales(const etmlx_ir::Tid *scales) {
+    fbb_.AddStruct(Dequantize::VT_SCALES, scales);
+  }
+  void add_biases(const etmlx_ir::Tid *biases) {
+    fbb_.AddStruct(Dequantize::VT_BIASES, biases);
+  }
+  void add_group_size(int32_t group_size) {
+    fbb_.AddElement<int32_t>(Dequantize::VT_GROUP_SIZE, group_size, 0);
+  }
+  void add_bits(int32_t bits) {
+    fbb_.AddElement<int32_t>(Dequantize::VT_BITS, bits, 0);
+  }
+  void add_out(const etmlx_ir::Tid *out) {
+    fbb_.AddStruct(Dequantize::VT_OUT, out);
+  }
+  explicit DequantizeBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<Dequantize> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<Dequantize>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<Dequantize> CreateDequantize(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const etmlx_ir::Tid *w = nullptr,
+    const etmlx_ir::Tid *scales = nullptr,
+    const etmlx_ir::Tid *biases = nullptr,
+    int32_t group_size = 0,
+    int32_t bits = 0,
+    const etmlx_ir::Tid *out = nullptr) {
+  DequantizeBuilder builder_(_fbb);
+  builder_.add_out(out);
+  builder_.add_bits(bits);
+  builder_.add_group_size(group_size);
+  builder_.add_biases(biases);
+  builder_.add_scales(scales);
+  builder_.add_w(w);
+  return builder_.Finish();
+}
+
 struct Reduce FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef ReduceBuilder Builder;
   static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
@@ -4490,6 +4717,12 @@ struct Node FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const etmlx_ir::CheckIndex *op_as_CheckIndex() const {
     return op_type() == etmlx_ir::Op::CheckIndex ? static_cast<const etmlx_ir::CheckIndex *>(op()) : nullptr;
   }
+  const etmlx_ir::QuantizedMatmul *op_as_QuantizedMatmul() const {
+    return op_type() == etmlx_ir::Op::QuantizedMatmul ? static_cast<const etmlx_ir::QuantizedMatmul *>(op()) : nullptr;
+  }
+  const etmlx_ir::Dequantize *op_as_Dequantize() const {
+    return op_type() == etmlx_ir::Op::Dequantize ? static_cast<const etmlx_ir::Dequantize *>(op()) : nullptr;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -4650,6 +4883,14 @@ template<> inline const etmlx_ir::RmsNorm *Node::op_as<etmlx_ir::RmsNorm>() cons
 
 template<> inline const etmlx_ir::CheckIndex *Node::op_as<etmlx_ir::CheckIndex>() const {
   return op_as_CheckIndex();
+}
+
+template<> inline const etmlx_ir::QuantizedMatmul *Node::op_as<etmlx_ir::QuantizedMatmul>() const {
+  return op_as_QuantizedMatmul();
+}
+
+template<> inline const etmlx_ir::Dequantize *Node::op_as<etmlx_ir::Dequantize>() const {
+  return op_as_Dequantize();
 }
 
 struct NodeBuilder {
@@ -5221,6 +5462,14 @@ inline bool VerifyOp(::flatbuffers::VerifierTemplate<B> &verifier, const void *o
       auto ptr = reinterpret_cast<const etmlx_ir::CheckIndex *>(obj);
       return verifier.VerifyTable(ptr);
     }
+    case Op::QuantizedMatmul: {
+      auto ptr = reinterpret_cast<const etmlx_ir::QuantizedMatmul *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
+    case Op::Dequantize: {
+      auto ptr = reinterpret_cast<const etmlx_ir::Dequantize *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
     default: return true;
   }
 }
@@ -5248,6 +5497,7 @@ inline const ::flatbuffers::TypeTable *DTypeTypeTable() {
     { ::flatbuffers::ET_CHAR, 0, 0 },
     { ::flatbuffers::ET_CHAR, 0, 0 },
     { ::flatbuffers::ET_CHAR, 0, 0 },
+    { ::flatbuffers::ET_CHAR, 0, 0 },
     { ::flatbuffers::ET_CHAR, 0, 0 }
   };
   static const ::flatbuffers::TypeFunction type_refs[] = {
@@ -5262,10 +5512,11 @@ inline const ::flatbuffers::TypeTable *DTypeTypeTable() {
     "Int64",
     "Float16",
     "BFloat16",
-    "Float32"
+    "Float32",
+    "UInt32"
   };
   static const ::flatbuffers::TypeTable tt = {
-    ::flatbuffers::ST_ENUM, 9, type_codes, type_refs, nullptr, nullptr, names
+    ::flatbuffers::ST_ENUM, 10, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }
@@ -5538,7 +5789,9 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     { ::flatbuffers::ET_SEQUENCE, 0, 34 },
     { ::flatbuffers::ET_SEQUENCE, 0, 35 },
     { ::flatbuffers::ET_SEQUENCE, 0, 36 },
-    { ::flatbuffers::ET_SEQUENCE, 0, 37 }
+    { ::flatbuffers::ET_SEQUENCE, 0, 37 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 38 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 39 }
   };
   static const ::flatbuffers::TypeFunction type_refs[] = {
     etmlx_ir::UnaryTypeTable,
@@ -5578,7 +5831,9 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     etmlx_ir::VarianceTypeTable,
     etmlx_ir::PadTypeTable,
     etmlx_ir::RmsNormTypeTable,
-    etmlx_ir::CheckIndexTypeTable
+    etmlx_ir::CheckIndexTypeTable,
+    etmlx_ir::QuantizedMatmulTypeTable,
+    etmlx_ir::DequantizeTypeTable
   };
   static const char * const names[] = {
     "NONE",
@@ -5619,10 +5874,12 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     "Variance",
     "Pad",
     "RmsNorm",
-    "CheckIndex"
+    "CheckIndex",
+    "QuantizedMatmul",
+    "Dequantize"
   };
   static const ::flatbuffers::TypeTable tt = {
-    ::flatbuffers::ST_UNION, 39, type_codes, type_refs, nullptr, nullptr, names
+    ::flatbuffers::ST_UNION, 41, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }
@@ -6227,6 +6484,60 @@ inline const ::flatbuffers::TypeTable *CheckIndexTypeTable() {
   };
   static const ::flatbuffers::TypeTable tt = {
     ::flatbuffers::ST_TABLE, 5, type_codes, type_refs, nullptr, nullptr, names
+  };
+  return &tt;
+}
+
+inline const ::flatbuffers::TypeTable *QuantizedMatmulTypeTable() {
+  static const ::flatbuffers::TypeCode type_codes[] = {
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_INT, 0, -1 },
+    { ::flatbuffers::ET_INT, 0, -1 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 }
+  };
+  static const ::flatbuffers::TypeFunction type_refs[] = {
+    etmlx_ir::TidTypeTable
+  };
+  static const char * const names[] = {
+    "x",
+    "w",
+    "scales",
+    "biases",
+    "group_size",
+    "bits",
+    "out"
+  };
+  static const ::flatbuffers::TypeTable tt = {
+    ::flatbuffers::ST_TABLE, 7, type_codes, type_refs, nullptr, nullptr, names
+  };
+  return &tt;
+}
+
+inline const ::flatbuffers::TypeTable *DequantizeTypeTable() {
+  static const ::flatbuffers::TypeCode type_codes[] = {
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_INT, 0, -1 },
+    { ::flatbuffers::ET_INT, 0, -1 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 }
+  };
+  static const ::flatbuffers::TypeFunction type_refs[] = {
+    etmlx_ir::TidTypeTable
+  };
+  static const char * const names[] = {
+    "w",
+    "scales",
+    "biases",
+    "group_size",
+    "bits",
+    "out"
+  };
+  static const ::flatbuffers::TypeTable tt = {
+    ::flatbuffers::ST_TABLE, 6, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }

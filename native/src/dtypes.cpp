@@ -8,9 +8,9 @@ namespace etmlx::native {
 namespace {
 
 // Indexed by etmlx_ir::DType.
-constexpr std::array<mx::Dtype, 9> kIrDtypes = {
+constexpr std::array<mx::Dtype, 10> kIrDtypes = {
     mx::bool_, mx::uint8,   mx::int8,     mx::int16,   mx::int32,
-    mx::int64, mx::float16, mx::bfloat16, mx::float32,
+    mx::int64, mx::float16, mx::bfloat16, mx::float32, mx::uint32,
 };
 static_assert(kIrDtypes.size() == static_cast<size_t>(etmlx_ir::DType::MAX) + 1);
 

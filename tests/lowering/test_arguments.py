@@ -71,3 +71,21 @@ def test_a_node_is_rebound_after_a_pass_replaces_its_arguments():
     node.replace_input_with(x, y)
     assert bind(node).self is y
     assert bind(node) is bind(node)  # and bound once while they stay
+
+
+def test_a_dtype_default_binds_as_a_torch_dtype():
+    """Schemas spell dtype defaults as c10::ScalarType numbers (``output_dtype=6``)."""
+    from executorch.exir.scalar_type import ScalarType
+
+    from etmlx.lowering.arguments import _SCALAR_TYPES
+
+    import torchao  # noqa: F401  (registers torch.ops.torchao)
+
+    c10_names = {"BYTE": torch.uint8, "CHAR": torch.int8, "SHORT": torch.int16, "INT": torch.int32, "LONG": torch.int64,
+                 "HALF": torch.float16, "FLOAT": torch.float32, "DOUBLE": torch.float64, "BOOL": torch.bool,
+                 "BFLOAT16": torch.bfloat16}
+    assert {number: c10_names[ScalarType(number).name] for number in _SCALAR_TYPES} == _SCALAR_TYPES
+    graph = fx.Graph()
+    q, s = graph.placeholder("q"), graph.placeholder("s")
+    node = graph.call_function(torch.ops.torchao.dequantize_affine.default, (q, [1, 32], s, None, torch.int8))
+    assert bind(node).output_dtype is torch.float32

@@ -38,6 +38,7 @@ const Registry& registry() {
     register_indexing(r);
     register_matmul(r);
     register_normalization(r);
+    register_quantized(r);
     register_reduction(r);
     register_scan(r);
     register_shape(r);

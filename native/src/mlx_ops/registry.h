@@ -64,6 +64,7 @@ void register_elementwise(Registry& registry);
 void register_indexing(Registry& registry);
 void register_matmul(Registry& registry);
 void register_normalization(Registry& registry);
+void register_quantized(Registry& registry);
 void register_reduction(Registry& registry);
 void register_scan(Registry& registry);
 void register_shape(Registry& registry);

@@ -13,3 +13,4 @@ class DType(object):
     Float16 = 6
     BFloat16 = 7
     Float32 = 8
+    UInt32 = 9

@@ -43,6 +43,8 @@ class Op(object):
     Pad = 36
     RmsNorm = 37
     CheckIndex = 38
+    QuantizedMatmul = 39
+    Dequantize = 40
 
 def OpCreator(unionType, table):
     from flatbuffers.table import Table
@@ -162,4 +164,10 @@ def OpCreator(unionType, table):
     if unionType == Op.CheckIndex:
         import etmlx.serializer.generated.etmlx_ir.CheckIndex
         return etmlx.serializer.generated.etmlx_ir.CheckIndex.CheckIndexT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op.QuantizedMatmul:
+        import etmlx.serializer.generated.etmlx_ir.QuantizedMatmul
+        return etmlx.serializer.generated.etmlx_ir.QuantizedMatmul.QuantizedMatmulT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op.Dequantize:
+        import etmlx.serializer.generated.etmlx_ir.Dequantize
+        return etmlx.serializer.generated.etmlx_ir.Dequantize.DequantizeT.InitFromBuf(table.Bytes, table.Pos)
     return None

@@ -1,0 +1,96 @@
+"""Linear and embedding layers over torchao's ``dequantize_affine`` weights, retargeted
+before decomposition to ``etmlx::quantized_linear`` / ``etmlx::quantized_embedding``
+(MLX's quantized kernels; lowering/rules/quantized.py repacks the weights at export).
+
+The weight's parts reach the traced graph either as plain parameters (a model whose
+tensor subclasses were unwrapped) or through ``access_subclass_inner_tensor`` on the
+quantized parameter (what ``torch.export`` writes for torchao's tensor subclasses);
+either way they are fixed at export, which the check makes sure of.
+"""
+
+from typing import Optional
+
+import torch
+from torch import fx
+
+from etmlx.lowering.arguments import bind
+from etmlx.lowering.registry import is_frozen_placeholder
+from etmlx.lowering.rules.quantized import bits_of, check_quantized_weight
+
+DEQUANTIZE = "torchao::dequantize_affine"
+_INNER_TENSOR = "export::access_subclass_inner_tensor"
+
+
+def _name(node) -> str:
+    target = getattr(node, "target", None)
+    return target.name() if hasattr(target, "name") and callable(target.name) else ""
+
+
+def _dequantized(weight) -> Optional[fx.Node]:
+    """The ``dequantize_affine`` call ``weight`` is, else None."""
+    return weight if isinstance(weight, fx.Node) and _name(weight) == DEQUANTIZE else None
+
+
+def _fixed_at_export(node) -> bool:
+    """A frozen placeholder (weight, frozen buffer, constant), or an inner tensor of one."""
+    if isinstance(node, fx.Node) and _name(node) == _INNER_TENSOR:
+        node = node.args[0]
+    return is_frozen_placeholder(node)
+
+
+def _val(node):
+    return None if node is None else node.meta["val"]
+
+
+def _check(dequantize: fx.Node, dtype) -> Optional[str]:
+    weight = bind(dequantize)
+    parts = [weight.input, weight.scale] + ([] if weight.zero_point is None else [weight.zero_point])
+    if not all(_fixed_at_export(part) for part in parts):
+        return "quantized weights computed at run time (etmlx repacks them at export)"
+    if weight.input_dtype != torch.int8 or weight.output_dtype != dtype:
+        return f"{weight.input_dtype} storage dequantized to {weight.output_dtype} for {dtype} activations"
+    bits = bits_of(weight.quant_min, weight.quant_max)
+    if bits is None:
+        return f"the quantization range [{weight.quant_min}, {weight.quant_max}] (etmlx takes signed ones)"
+    return check_quantized_weight(
+        _val(weight.input), _val(weight.scale), _val(weight.zero_point), weight.block_size, bits, dtype
+    )
+
+
+def _parts(dequantize: fx.Node) -> tuple:
+    """(qdata, scale, zero_point) and (group_size, bits) of an accepted weight."""
+    weight = bind(dequantize)
+    bits = bits_of(weight.quant_min, weight.quant_max)
+    return (weight.input, weight.scale, weight.zero_point), (weight.block_size[1], bits)
+
+
+def reads_dequantized_weight(node) -> bool:
+    """Whether a linear or embedding call's weight is a ``dequantize_affine``."""
+    return _dequantized(bind(node).weight) is not None
+
+
+def check_linear(node) -> Optional[str]:
+    args = bind(node)
+    return _check(args.weight, _val(args.input).dtype)
+
+
+def rewrite_linear(graph: fx.Graph, node: fx.Node) -> fx.Node:
+    args = bind(node)
+    (qdata, scale, zero_point), (group_size, bits) = _parts(args.weight)
+    return graph.call_function(
+        torch.ops.etmlx.quantized_linear.default, (args.input, qdata, scale, zero_point, args.bias, group_size, bits)
+    )
+
+
+def check_embedding(node) -> Optional[str]:
+    """(``padding_idx`` and the rest only change gradients: the lookup is the same.)"""
+    weight = bind(node).weight
+    return _check(weight, bind(weight).output_dtype)
+
+
+def rewrite_embedding(graph: fx.Graph, node: fx.Node) -> fx.Node:
+    args = bind(node)
+    (qdata, scale, zero_point), (group_size, bits) = _parts(args.weight)
+    return graph.call_function(
+        torch.ops.etmlx.quantized_embedding.default, (qdata, scale, zero_point, args.indices, group_size, bits)
+    )

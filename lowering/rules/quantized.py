@@ -1,0 +1,156 @@
+"""Weight-only quantized linear and embedding layers on MLX's quantized kernels.
+
+torchao's weight-only configs store a weight as signed integers ``q`` of ``bits`` bits
+(in int8), with a scale ``s`` and zero point ``z`` per group of ``group_size`` values
+along each row, and dequantize it before the layer: ``w = (q - z) * s``. The
+partitioner retargets ``linear``/``embedding`` of such a weight to
+``etmlx::quantized_linear``/``etmlx::quantized_embedding`` (``check_quantized_weight``
+decides, before decomposition); here the weight is repacked once, at export, into MLX's
+affine layout, ``w = s * Q + B`` with ``Q = q + 2^(bits-1)`` unsigned, packed into uint32
+(low bits first), and ``B = -s * (z + 2^(bits-1))``.
+
+A weight MLX cannot take as it is (3 bits, a group of 16, a float zero point) is
+declined: its ``dequantize_affine`` is evaluated at export (``_lower_dequantize``) and
+the layer runs on the float weight, computing what torchao computes.
+"""
+
+from typing import Optional
+
+import torch
+
+from etmlx.serializer.generated.etmlx_ir import Binary, Dequantize, QuantizedMatmul, Take
+from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
+
+from ..dtypes import FLOATING
+from ..registry import is_frozen_placeholder, lowers
+from .common import dtype_of
+from .indexing import checked_index
+
+BITS = (2, 4, 8)
+MLX_GROUP_SIZES = (128, 64, 32)  # a larger group is these groups sharing one scale
+
+
+def bits_of(quant_min, quant_max) -> Optional[int]:
+    """The width of a signed range ``[-2^(b-1), 2^(b-1) - 1]``, else None."""
+    for bits in range(1, 9):
+        if (quant_min, quant_max) == (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1):
+            return bits
+    return None
+
+
+def check_quantized_weight(qdata, scale, zero_point, block_size, bits, dtype) -> Optional[str]:
+    """None when MLX's kernels compute this weight's layer exactly as torchao's
+    dequantize-then-layer does; otherwise why not. Takes example values (fake tensors)
+    and the layer's activation ``dtype``."""
+    if qdata.dim() != 2 or qdata.dtype != torch.int8:
+        return f"a {qdata.dim()}-d {qdata.dtype} quantized weight (etmlx takes 2-d int8 storage)"
+    if bits not in BITS:
+        return f"{bits}-bit weights (MLX's kernels here take {', '.join(map(str, BITS))} bits)"
+    rows, columns = qdata.shape
+    if len(block_size) != 2 or block_size[0] != 1:
+        return f"block size {list(block_size)} (MLX groups values along each row)"
+    group_size = block_size[1]
+    if not isinstance(columns, int) or columns % group_size or _mlx_group_size(group_size) is None:
+        return f"groups of {group_size} (MLX takes groups of 32, 64 or 128, or multiples of 32 sharing a scale)"
+    if scale.dtype not in FLOATING or scale.dtype != dtype:
+        return f"{scale.dtype} scales with {dtype} activations (MLX dequantizes in the activations' dtype)"
+    groups = (rows, columns // group_size)
+    if tuple(scale.shape) != groups:
+        return f"scales of shape {tuple(scale.shape)} for groups {groups}"
+    if zero_point is not None and (zero_point.dtype.is_floating_point or tuple(zero_point.shape) != groups):
+        return "a floating-point zero point, or one not per group"
+    return None
+
+
+def _mlx_group_size(group_size: int) -> Optional[int]:
+    return next((g for g in MLX_GROUP_SIZES if group_size % g == 0), None)
+
+
+def mlx_layout(qdata, scale, zero_point, group_size: int, bits: int, dtype):
+    """(packed uint32 weights, scales, biases) in MLX's affine layout, for torchao's
+    ``(qdata, scale, zero_point)`` quantized per ``group_size`` values of each row."""
+    rows, columns = qdata.shape
+    mlx_group = _mlx_group_size(group_size)
+    offset = 2 ** (bits - 1)
+    unsigned = qdata.to(torch.int64) + offset
+    per_word = 32 // bits
+    shifts = torch.arange(per_word, dtype=torch.int64) * bits
+    words = (unsigned.reshape(rows, columns // per_word, per_word) << shifts).sum(-1)
+    packed = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32).view(torch.uint32)
+    zero = torch.zeros_like(scale, dtype=torch.float64) if zero_point is None else zero_point.to(torch.float64)
+    biases = -scale.to(torch.float64) * (zero + offset)
+    repeat = group_size // mlx_group
+    return (
+        packed,
+        scale.repeat_interleave(repeat, dim=1).to(dtype).contiguous(),
+        biases.repeat_interleave(repeat, dim=1).to(dtype).contiguous(),
+    )
+
+
+def _check_weights_frozen(args) -> Optional[str]:
+    weights = (args.qdata, args.scale) + (() if args.zero_point is None else (args.zero_point,))
+    if not all(is_frozen_placeholder(w) for w in weights):
+        return "quantized weights computed at run time (etmlx repacks them at export)"
+    return None
+
+
+def _example(node):
+    return None if node is None else node.meta["val"]
+
+
+def _check_layer(args, dtype) -> Optional[str]:
+    return _check_weights_frozen(args) or check_quantized_weight(
+        _example(args.qdata), _example(args.scale), _example(args.zero_point),
+        [1, args.group_size], args.bits, dtype,
+    )
+
+
+def _packed(ctx, args, dtype):
+    values = [ctx.constant_values[a] if a is not None else None for a in (args.qdata, args.scale, args.zero_point)]
+    packed, scales, biases = mlx_layout(*values, args.group_size, args.bits, dtype)
+    return dict(
+        w=ctx.add_constant(packed), scales=ctx.add_constant(scales), biases=ctx.add_constant(biases),
+        groupSize=_mlx_group_size(args.group_size), bits=args.bits,
+    )
+
+
+def _check_linear(node, args):
+    return _check_layer(args, dtype_of(args.x))
+
+
+@lowers("etmlx::quantized_linear", check=_check_linear)
+def _lower_linear(ctx, node, args):
+    out = ctx.emit(QuantizedMatmul, x=ctx.tensor(args.x), **_packed(ctx, args, dtype_of(args.x)))
+    if args.bias is not None:
+        out = ctx.emit(Binary, op=BinaryOp.Add, a=out, b=ctx.tensor(args.bias))
+    ctx.bind(node, out)
+
+
+def _check_embedding(node, args):
+    return _check_layer(args, dtype_of(args.scale))
+
+
+@lowers("etmlx::quantized_embedding", check=_check_embedding)
+def _lower_embedding(ctx, node, args):
+    """The rows of the packed table, its scales and its biases gathered by id, then
+    dequantized: only the rows looked up are ever dequantized."""
+    packed = _packed(ctx, args, dtype_of(args.scale))
+    ids = checked_index(ctx, args.indices, args.qdata, 0, wraps=False)  # PyTorch rejects negative ids
+    rows = {name: ctx.emit(Take, x=packed[name], indices=ids, axis=0) for name in ("w", "scales", "biases")}
+    ctx.bind(node, ctx.emit(Dequantize, **rows, groupSize=packed["groupSize"], bits=packed["bits"]))
+
+
+def _check_dequantize(node, args):
+    tensors = [args.input, args.scale] + ([] if args.zero_point is None else [args.zero_point])
+    if not all(is_frozen_placeholder(t) for t in tensors):
+        return "dequantize_affine of a tensor computed at run time"
+    return None
+
+
+@lowers("torchao::dequantize_affine", check=_check_dequantize)
+def _lower_dequantize(ctx, node, args):
+    """A quantized weight MLX's kernels decline, dequantized at export by torchao itself:
+    the float weight is what the eager model computes before its layer."""
+    values = torch.fx.node.map_arg((node.args, node.kwargs), lambda arg: ctx.constant_values[arg])
+    with torch.no_grad():
+        ctx.constant_values[node] = node.target(*values[0], **values[1]).contiguous()

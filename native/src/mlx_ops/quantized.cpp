@@ -1,0 +1,52 @@
+// Weight-only quantized kernels: QuantizedMatmul (a linear layer's weight) and
+// Dequantize (rows gathered from a quantized embedding). MLX checks that the packed
+// weights, scales and biases agree in shape and dtype; the parameters are checked here.
+#include <stdexcept>
+#include <string>
+
+#include <mlx/ops.h>
+
+#include "registry.h"
+
+namespace etmlx::native {
+
+namespace {
+
+struct Quantization {
+  int group_size;
+  int bits;
+};
+
+template <class Table>
+Quantization quantization(const Table& op) {
+  const int bits = op.bits();
+  const int group_size = op.group_size();
+  const bool known_bits = bits == 2 || bits == 4 || bits == 8;
+  const bool known_group = group_size == 32 || group_size == 64 || group_size == 128;
+  if (!known_bits || !known_group) {
+    throw std::invalid_argument("quantized weights of " + std::to_string(bits) + " bits in groups of " +
+                                std::to_string(group_size) +
+                                " (etmlx writes bits 2, 4, 8 and groups of 32, 64, 128)");
+  }
+  return {group_size, bits};
+}
+
+mx::array quantized_matmul(const etmlx_ir::QuantizedMatmul& op, Env& env) {
+  const auto [group_size, bits] = quantization(op);
+  return mx::quantized_matmul(env.t(op.x()), env.t(op.w()), env.t(op.scales()), env.t(op.biases()),
+                              /*transpose=*/true, group_size, bits);
+}
+
+mx::array dequantize(const etmlx_ir::Dequantize& op, Env& env) {
+  const auto [group_size, bits] = quantization(op);
+  return mx::dequantize(env.t(op.w()), env.t(op.scales()), env.t(op.biases()), group_size, bits);
+}
+
+}  // namespace
+
+void register_quantized(Registry& r) {
+  r.tensor<etmlx_ir::QuantizedMatmul, quantized_matmul>();
+  r.tensor<etmlx_ir::Dequantize, dequantize>();
+}
+
+}  // namespace etmlx::native

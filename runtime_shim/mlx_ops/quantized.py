@@ -1,0 +1,23 @@
+"""Weight-only quantized kernels: QuantizedMatmul (a linear layer's weight) and
+Dequantize (rows gathered from a quantized embedding). MLX checks that the packed
+weights, scales and biases agree in shape and dtype; the parameters are checked here."""
+
+import mlx.core as mx
+
+BITS = (2, 4, 8)
+GROUP_SIZES = (32, 64, 128)
+
+
+def _parameters(op) -> dict:
+    if op.bits not in BITS or op.groupSize not in GROUP_SIZES:
+        raise ValueError(f"quantized weights of {op.bits} bits in groups of {op.groupSize} (etmlx writes bits "
+                         f"{', '.join(map(str, BITS))} and groups of {', '.join(map(str, GROUP_SIZES))})")
+    return dict(group_size=op.groupSize, bits=op.bits)
+
+
+HANDLERS = {
+    "QuantizedMatmul": lambda op, env: mx.quantized_matmul(
+        env.t(op.x), env.t(op.w), env.t(op.scales), env.t(op.biases), transpose=True, **_parameters(op)
+    ),
+    "Dequantize": lambda op, env: mx.dequantize(env.t(op.w), env.t(op.scales), env.t(op.biases), **_parameters(op)),
+}

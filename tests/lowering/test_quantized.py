@@ -1,0 +1,139 @@
+"""Weight-only quantized linear and embedding layers (torchao's configs) on MLX's
+quantized kernels; parity is against the torchao-quantized model in eager PyTorch."""
+
+import pytest
+import torch
+from lowering_harness import assert_close
+from ruletest import delegated, untested_rules
+from torchao.quantization import IntxWeightOnlyConfig, MappingType, quantize_
+from torchao.quantization.granularity import PerAxis, PerGroup
+
+import etmlx
+import runtimes
+from etmlx.errors import ExportError
+from etmlx.quantization import quantized_copy
+from etmlx.runtime_shim.errors import IndexRangeError
+
+
+class Layers(torch.nn.Module):
+    def __init__(self, vocab=96, width=256, hidden=128):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, width)
+        self.up = torch.nn.Linear(width, hidden)
+        self.down = torch.nn.Linear(hidden, vocab, bias=False)
+
+    def forward(self, ids):
+        return self.down(torch.relu(self.up(self.embed(ids))))
+
+
+def _quantized(config, embeddings=True, dtype=torch.float32, seed=0):
+    torch.manual_seed(seed)
+    model = Layers().to(dtype).eval()
+    quantize_(model, config)
+    if embeddings:
+        quantize_(model, config, filter_fn=lambda module, _: isinstance(module, torch.nn.Embedding))
+    return model
+
+
+def _constants(lowered) -> list:
+    return [c for delegate in lowered.delegates for c in delegate["constants"]]
+
+
+CONFIGS = {
+    "int4-g32": IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32)),
+    "int4-g64": IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(64)),
+    "int4-g128-asym": IntxWeightOnlyConfig(
+        weight_dtype=torch.int4, granularity=PerGroup(128), mapping_type=MappingType.ASYMMETRIC
+    ),
+    "int8-g64": IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerGroup(64)),
+    "int8-per-channel": IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0)),
+    "int2-g32": IntxWeightOnlyConfig(weight_dtype=torch.int2, granularity=PerGroup(32)),
+}
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_quantized_layers_run_on_mlx_kernels(name):
+    model = _quantized(CONFIGS[name])
+    ids = torch.tensor([[0, 5, 95, 17], [3, 3, 60, 1]])
+    lowered = delegated(model, (ids,), nodes=["QuantizedMatmul", "Dequantize"], run_with=[(ids.flip(1),)])
+    # The weights are in the file packed, never as floats.
+    assert not any(c["dtype"] == "float32" and len(c["shape"]) == 2 and min(c["shape"]) > 32 for c in _constants(lowered))
+    packed = [c for c in _constants(lowered) if c["dtype"] == "uint32"]
+    assert len(packed) == 3
+
+
+def test_greedy_tokens_match_the_quantized_model_in_eager():
+    model = _quantized(CONFIGS["int4-g64"], seed=1)
+    ids = torch.randint(0, 96, (1, 12))
+    lowered = delegated(model, (ids,), nodes=["QuantizedMatmul"])
+    with torch.no_grad():
+        assert torch.equal(lowered.program.forward(ids).argmax(-1), model(ids).argmax(-1))
+
+
+def test_the_tied_table_of_two_identical_quantized_weights_is_stored_once():
+    """A lookup table used as the output projection too (tied embeddings), quantized
+    alike for both uses: one packed copy in the file."""
+    torch.manual_seed(0)
+    model = Layers(width=128, hidden=128)
+    model.down.weight = model.embed.weight
+    config = CONFIGS["int4-g32"]
+    quantize_(model, config)
+    quantize_(model, config, filter_fn=lambda module, _: isinstance(module, torch.nn.Embedding))
+    ids = torch.tensor([[4, 8, 15, 16, 23, 42]])
+    lowered = delegated(model, (ids,), nodes=["QuantizedMatmul", "Dequantize"])
+    tables = [c["key"] for c in _constants(lowered) if c["dtype"] == "uint32" and c["shape"] == [96, 16]]
+    assert len(tables) == 2 and len(set(tables)) == 1  # two uses, one named blob (keys hash the bytes)
+
+
+def test_an_out_of_range_id_into_a_quantized_table_raises():
+    model = _quantized(CONFIGS["int4-g32"])
+    lowered = delegated(model, (torch.tensor([[1, 2]]),), nodes=["Dequantize", "CheckIndex"])
+    with pytest.raises(IndexRangeError, match="holds index 96, out of range"):  # on every runtime alike
+        lowered.program.forward(torch.tensor([[1, 96]]))
+
+
+@pytest.mark.parametrize(
+    "config,reason",
+    [
+        (IntxWeightOnlyConfig(weight_dtype=torch.int3, granularity=PerGroup(32)), "3-bit weights"),
+        (IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(16)), "groups of 16"),
+    ],
+    ids=["int3", "group-16"],
+)
+def test_what_mlx_cannot_compute_is_dequantized_at_export_and_still_exact(config, reason):
+    model = _quantized(config, embeddings=False)
+    ids = torch.tensor([[0, 5, 95, 17]])
+    lowered = delegated(model, (ids,))
+    assert "QuantizedMatmul" not in lowered.nodes
+    entry = lowered.report.operators["aten::linear"]
+    assert entry.decomposed and reason in entry.decomposed[0][1]
+    assert "torchao::dequantize_affine" in lowered.report.operators
+
+
+def test_half_precision_weights_dequantize_in_half():
+    model = _quantized(CONFIGS["int4-g64"], embeddings=False, dtype=torch.float16)
+    ids = torch.tensor([[0, 5, 95, 17]])
+    lowered = delegated(model, (ids,), nodes=["QuantizedMatmul"])
+    assert all(c["dtype"] in ("uint32", "float16") for c in _constants(lowered))
+
+
+def test_export_quantizes_a_copy_for_the_user(tmp_path):
+    torch.manual_seed(0)
+    model = Layers().eval()
+    ids = torch.tensor([[7, 0, 95]])
+    result = etmlx.export(model, (ids,), tmp_path / "int8.pte", quantize="int8", group_size=None)
+    assert result.quantized == ("embed", "up", "down")
+    assert type(model.up.weight) is torch.nn.Parameter  # the caller's model stays float
+    reference, _ = quantized_copy(model, "int8", None)
+    with torch.no_grad():
+        assert_close(runtimes.load(result.path).forward(ids), reference(ids))
+
+
+@pytest.mark.parametrize("scheme,group_size,error", [("int3", 64, "quantize='int3'"), ("int4", 48, "group_size=48")])
+def test_export_names_a_quantization_it_does_not_offer(tmp_path, scheme, group_size, error):
+    with pytest.raises(ExportError, match=error):
+        etmlx.export(Layers(), (torch.tensor([[1]]),), tmp_path / "x.pte", quantize=scheme, group_size=group_size)
+
+
+def test_every_quantized_rule_ran():
+    assert untested_rules("quantized") == set()
