@@ -12,10 +12,10 @@ preload_openblas()  # must run before anything imports mlx; see runtime_shim/bla
 quiet_dependency_noise()
 
 
-def export(module, example_inputs, path, dynamic_shapes=None):
+def export(module, example_inputs, path, dynamic_shapes=None, quantize=None, group_size=64, quantize_embeddings=True):
     from .exporter import export as _export
 
-    return _export(module, example_inputs, path, dynamic_shapes=dynamic_shapes)
+    return _export(module, example_inputs, path, dynamic_shapes, quantize, group_size, quantize_embeddings)
 
 
 def export_methods(methods, path):

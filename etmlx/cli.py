@@ -18,6 +18,12 @@ def main(argv=None) -> int:
     export.add_argument("factory", help="FILE.py:FACTORY; FACTORY() returns (module, example_inputs[, dynamic_shapes])")
     export.add_argument("-o", "--output", required=True, help="the .pte to write")
     export.add_argument("--report", action="store_true", help="print, per operator, what MLX took and why not")
+    export.add_argument("--quantize", choices=("int4", "int8"), help="quantize the weights of linear layers and "
+                        "embeddings (torchao weight-only) to run on MLX's quantized kernels")
+    export.add_argument("--group-size", type=_group_size, default=64,
+                        help="values per quantization group, a multiple of 32, or 'channel' for one per row (default 64)")
+    export.add_argument("--no-quantize-embeddings", dest="quantize_embeddings", action="store_false",
+                        help="with --quantize: keep embeddings in float")
     export.set_defaults(handler=_export)
 
     run = commands.add_parser("run", help="run a .pte on random inputs (or --inputs) and time it")
@@ -68,6 +74,15 @@ def load_factory(spec: str):
     return factory
 
 
+def _group_size(text: str):
+    if text == "channel":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of values or 'channel'") from None
+
+
 def _export(args) -> int:
     from .exporter import export
 
@@ -75,8 +90,10 @@ def _export(args) -> int:
     if not isinstance(made, tuple) or len(made) not in (2, 3):
         raise EtMlxError("the factory must return (module, example_inputs) or (module, example_inputs, dynamic_shapes)")
     module, inputs, dynamic_shapes = (*made, None) if len(made) == 2 else made
-    result = export(module, inputs, args.output, dynamic_shapes=dynamic_shapes)
+    result = export(module, inputs, args.output, dynamic_shapes, args.quantize, args.group_size, args.quantize_embeddings)
     print(f"wrote {result.path} ({result.size_bytes} bytes)")
+    if args.quantize:
+        print(f"quantized to {args.quantize}: {len(result.quantized)} layer(s): {', '.join(result.quantized) or 'none'}")
     print(result.report.summary())
     if args.report:
         print(result.report.to_text())

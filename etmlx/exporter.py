@@ -16,6 +16,7 @@ class ExportResult:
     path: str
     size_bytes: int
     report: object
+    quantized: tuple = ()  # the layers ``quantize=`` quantized, by module name
 
 
 def trace(module, example_inputs, dynamic_shapes=None):
@@ -88,7 +89,9 @@ def _write(program, report, path) -> ExportResult:
     return ExportResult(path=os.fspath(path), size_bytes=len(data), report=report)
 
 
-def export(module, example_inputs, path, dynamic_shapes=None) -> ExportResult:
+def export(
+    module, example_inputs, path, dynamic_shapes=None, quantize=None, group_size=64, quantize_embeddings=True
+) -> ExportResult:
     """Writes ``module`` as a ``.pte`` at ``path`` whose compute runs on MLX.
 
     ``example_inputs`` is a tuple of tensors (a single tensor is accepted too);
@@ -96,6 +99,19 @@ def export(module, example_inputs, path, dynamic_shapes=None) -> ExportResult:
     compute exactly stay outside the delegate and run on the CPU fallback; the
     returned report lists them, and one line is logged when the model is not
     fully delegated.
+
+    ``quantize="int4"`` or ``"int8"`` quantizes the weights of a copy of ``module``
+    first (torchao's weight-only quantization of linear layers, and of embeddings unless
+    ``quantize_embeddings`` is False, per ``group_size`` values of each row, or per row
+    with ``group_size=None``): they run on MLX's quantized kernels. A model already
+    quantized with torchao exports as it is, without ``quantize``.
     """
+    quantized = ()
+    if quantize is not None:
+        from .quantization import quantized_copy
+
+        module, quantized = quantized_copy(module, quantize, group_size, quantize_embeddings)
     program, report = to_executorch(module, example_inputs, dynamic_shapes)
-    return _write(program, report, path)
+    result = _write(program, report, path)
+    result.quantized = tuple(quantized)
+    return result

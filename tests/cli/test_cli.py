@@ -75,3 +75,22 @@ def test_wrong_input_shape(mlp_pte, tmp_path, runtime):
     result = etmlx("run", str(mlp_pte), "--inputs", str(inputs), "--runtime", runtime)
     assert result.returncode == 1
     assert "input 0 has shape (4, 63), expected (4, 64)" in result.stderr
+
+
+def test_export_quantized_to_int4(tmp_path):
+    path = tmp_path / "mlp-int4.pte"
+    result = etmlx("export", "examples/models.py:mlp", "-o", str(path), "--quantize", "int4", "--group-size", "32")
+    assert result.returncode == 0, result.stderr
+    assert "quantized to int4: 3 layer(s)" in result.stdout
+    (delegate,) = json.loads(etmlx("inspect", str(path), "--json").stdout)["methods"]["forward"]["delegates"]
+    assert delegate["nodes"].count("QuantizedMatmul") == 3
+    listed = etmlx("inspect", str(path), "--constants").stdout
+    assert "constant uint32" in listed
+
+
+def test_export_with_a_group_size_mlx_lacks_says_so(tmp_path):
+    result = etmlx("export", "examples/models.py:mlp", "-o", str(tmp_path / "x.pte"), "--quantize", "int4",
+                   "--group-size", "48")
+    assert result.returncode != 0
+    assert "group_size=48: MLX takes multiples of 32" in result.stderr
+    assert "Traceback" not in result.stderr
