@@ -42,6 +42,10 @@ def main(argv=None) -> int:
     inspect.add_argument("--constants", action="store_true", help="list every constant, not only their count")
     inspect.set_defaults(handler=_inspect)
 
+    ops = commands.add_parser("ops", help="which core ATen operators MLX computes (the support table)")
+    ops.add_argument("--json", action="store_true", help="machine-readable output")
+    ops.set_defaults(handler=_ops)
+
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     try:
@@ -97,6 +101,14 @@ def _export(args) -> int:
     print(result.report.summary())
     if args.report:
         print(result.report.to_text())
+    return 0
+
+
+def _ops(args) -> int:
+    from .support import format_text, summary, support_table
+
+    rows = support_table()
+    print(json.dumps({"operators": rows, "summary": summary(rows)}, indent=1) if args.json else format_text(rows))
     return 0
 
 

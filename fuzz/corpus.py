@@ -1,6 +1,7 @@
 """The programs the fuzzer mutates: small exported models that between them have every
 part of a .pte a reader must check — static and dynamic shapes, mutable buffers, a
-bounds-checked index input, partial delegation (two payloads around a declined call)."""
+bounds-checked index input, partial delegation (two payloads around a declined call),
+quantized weights."""
 
 import dataclasses
 import pathlib
@@ -9,6 +10,7 @@ import numpy as np
 import torch
 
 import etmlx
+from etmlx.quantization import quantized_copy
 from examples import models
 
 
@@ -44,6 +46,17 @@ class _PartlyDelegated(torch.nn.Module):
         return self.second(torch.exp(self.first(x).double()).float())
 
 
+class _QuantizedLookup(torch.nn.Module):
+    """Token ids into an embedding, then a linear layer: both int4 (packed uint32 weights)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.project = torch.nn.Embedding(16, 64), torch.nn.Linear(64, 8)
+
+    def forward(self, ids):
+        return self.project(self.embed(ids))
+
+
 def _factories():
     mlp, mlp_inputs, _ = models.mlp()
     block, block_inputs, block_dynamic = models.encoder_block_dynamic_seq()
@@ -51,6 +64,7 @@ def _factories():
     yield "encoder_block_dynamic_seq", block, block_inputs, block_dynamic
     yield "counter_embedding", _Counter(), (torch.tensor([[1, 2, 3]]),), None
     yield "partly_delegated", _PartlyDelegated(), (torch.randn(3, 8),), None
+    yield "quantized_int4", quantized_copy(_QuantizedLookup(), "int4", 32)[0], (torch.tensor([[1, 5, 15]]),), None
 
 
 def build(directory: pathlib.Path) -> list:

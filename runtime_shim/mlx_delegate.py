@@ -46,7 +46,12 @@ class MlxDelegate:
             self._steps = _hoist_constant_nodes([_step(i, node) for i, node in enumerate(graph.nodes or [])], constants)
         except MLX_ERRORS as error:  # the payload's constant part does not compute: malformed
             raise PayloadError(f"a node over constants fails: {error}") from error
-        self._constants = list(constants.items())
+        # Size-1 constants reach the compiled graph as arguments, not captured: mx.compile
+        # writes a captured one into the code it generates as a literal and drops the sign
+        # of -0.0 (mlx 0.32), which 1 / x and atan2(y, x) tell apart.
+        self._constants = [(slot, array) for slot, array in constants.items() if array.size != 1]
+        self._literal_slots = [slot for slot, array in constants.items() if array.size == 1]
+        self._literals = [constants[slot] for slot in self._literal_slots]
         self._check_ops = [op for handler, op, _, _ in self._steps if handler is _CHECK_INDEX]  # in run order
         self._state = state
         for buffer in graph.buffers or []:
@@ -64,7 +69,7 @@ class MlxDelegate:
         Raises IndexRangeError, changing no buffer, when a bounds check fails."""
         buffers = [self._state[name] for name, _ in self._buffer_slots]
         try:
-            outputs, updates, checks = self._compute(list(inputs), buffers)
+            outputs, updates, checks = self._compute(list(inputs), buffers, self._literals)
             mx.eval([o for o in outputs if isinstance(o, mx.array)] + updates + checks)
         except MLX_ERRORS as error:
             raise ExecutionError(f"MLX delegate failed: {error}") from error
@@ -84,9 +89,10 @@ class MlxDelegate:
             if first is not None:
                 raise index_error(op, first, size)
 
-    def _interpret(self, inputs: list, buffers: list):
-        """The graph as a pure function: (inputs, buffer values) -> (outputs, buffer
-        updates, the checked indices then the sizes of their axes the payload does not state)."""
+    def _interpret(self, inputs: list, buffers: list, literals: list):
+        """The graph as a pure function: (inputs, buffer values, literals) -> (outputs,
+        buffer updates, the checked indices then the sizes of their axes the payload does
+        not state)."""
         graph = self._graph
         env = Env(graph.numTensorSlots, graph.numIntSlots)
         for value, arg in zip(graph.inputs, inputs):
@@ -95,6 +101,8 @@ class MlxDelegate:
             else:
                 env.tensors[value.slot] = arg
         for slot, array in self._constants:
+            env.tensors[slot] = array
+        for slot, array in zip(self._literal_slots, literals):
             env.tensors[slot] = array
         for (_, slot), array in zip(self._buffer_slots, buffers):
             env.tensors[slot] = array

@@ -28,7 +28,7 @@ from .validate import validate
 BACKEND_ID = "EtMlxBackend"
 MAGIC = b"EMLX"
 # 1: the first format. 2: CheckIndex (bounds-checked run-time indices). 3: quantized
-# weights (QuantizedMatmul, Dequantize).
+# weights (QuantizedMatmul, Dequantize), and Unary/Binary ops from IsNan to Atan2.
 FORMAT_VERSION = 3
 _HEADER = struct.Struct("<4sIQII")
 HEADER_SIZE = _HEADER.size
@@ -38,6 +38,10 @@ def serialize(graph: "graph_module.GraphT") -> bytes:
     """Returns header + flatbuffer for ``graph`` (an object-API ``GraphT``)."""
     validate(graph)  # a writer bug must fail at export, not on the user's device
     builder = flatbuffers.Builder(1024)
+    # FlatBuffers leaves out a field equal to its default, and -0.0 == 0.0: a negative
+    # zero (a Scalar, a pad value) would read back as +0.0, which x * -0.0 or
+    # atan2(y, -0.0) tell apart. Every field is written.
+    builder.ForceDefaults(True)
     builder.Finish(graph.Pack(builder))
     body = bytes(builder.Output())
     return _HEADER.pack(MAGIC, FORMAT_VERSION, len(body), zlib.crc32(body), 0) + body

@@ -1,9 +1,10 @@
 """Convolution and pooling. PyTorch is channels-first, MLX channels-last: activations
 are transposed around the op, and a constant weight is laid out for MLX at export."""
 
-from etmlx.serializer.generated.etmlx_ir import Binary, Conv, Pool, Transpose
+from etmlx.serializer.generated.etmlx_ir import Binary, Concatenate, Conv, Pool, Slice, Transpose
 from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
 from etmlx.serializer.generated.etmlx_ir.PoolOp import PoolOp
+from etmlx.serializer.ir import int_or_slot
 
 from ..registry import lowers
 from .common import rank_of, shape_of, users_use_only_output
@@ -24,8 +25,6 @@ def _weight_layout(rank: int, transposed: bool) -> list:
 
 
 def _check_conv(node, args):
-    if args.transposed and args.groups != 1:
-        return "grouped transposed convolution (MLX's takes groups=1)"
     if rank_of(args.input) not in (3, 4, 5):
         return f"convolution of a rank-{rank_of(args.input)} input"
     if isinstance(args.padding, str):
@@ -43,10 +42,14 @@ def _lower_conv(ctx, node, args):
     else:
         w = ctx.emit(Transpose, x=ctx.tensor(weight), perm=layout)
     x_last = ctx.emit(Transpose, x=ctx.tensor(x), perm=_to_channels_last(rank))
-    out = ctx.emit(
-        Conv, x=x_last, weight=w, stride=list(args.stride), padding=list(args.padding), dilation=list(args.dilation),
-        groups=args.groups, transposed=bool(transposed), outputPadding=list(args.output_padding),
+    geometry = dict(
+        stride=list(args.stride), padding=list(args.padding), dilation=list(args.dilation),
+        transposed=bool(transposed), outputPadding=list(args.output_padding),
     )
+    if transposed and args.groups > 1:
+        out = _grouped_transposed(ctx, x_last, w, args.groups, shape_of(x)[1], rank, geometry)
+    else:
+        out = ctx.emit(Conv, x=x_last, weight=w, groups=args.groups, **geometry)
     if bias is not None:  # channels are last here, so the bias broadcasts as it is
         out = ctx.emit(Binary, op=BinaryOp.Add, a=out, b=ctx.tensor(bias))
     ctx.bind(node, ctx.emit(Transpose, x=out, perm=_to_channels_first(rank)))
@@ -56,6 +59,19 @@ def _per_axis(values, spatial: int) -> list:
     """An ``int[2]`` argument given as one value means that value on every axis."""
     values = list(values)
     return values * spatial if len(values) == 1 else values
+
+
+def _grouped_transposed(ctx, x_last, w, groups: int, channels: int, rank: int, geometry: dict):
+    """MLX's transposed convolutions take one group: one per group of input channels
+    (the last axis of both x and the MLX-layout weight), outputs concatenated."""
+    per_group, last = channels // groups, rank - 1
+    outputs = []
+    for g in range(groups):
+        start, stop = int_or_slot(g * per_group), int_or_slot((g + 1) * per_group)
+        x_g = ctx.emit(Slice, x=x_last, axis=last, start=start, stop=stop, step=1)
+        w_g = ctx.emit(Slice, x=w, axis=last, start=start, stop=stop, step=1)
+        outputs.append(ctx.emit(Conv, x=x_g, weight=w_g, groups=1, **geometry))
+    return ctx.emit(Concatenate, xs=outputs, axis=last)
 
 
 def _pool(ctx, x, op, kernel, stride, padding, ceil_mode, count_include_pad=True, divisor_override=None):
@@ -86,13 +102,16 @@ def _check_max_pool(node, args):
     return users_use_only_output(node, 0)
 
 
-@lowers("aten::max_pool2d_with_indices", "aten::max_pool1d_with_indices", check=_check_max_pool)
+@lowers(
+    "aten::max_pool1d_with_indices", "aten::max_pool2d_with_indices", "aten::max_pool3d_with_indices",
+    check=_check_max_pool,
+)
 def _lower_max_pool(ctx, node, args):
     out = _pool(ctx, args.self, PoolOp.Max, args.kernel_size, args.stride, args.padding, args.ceil_mode)
     ctx.bind(node, out, index=0)
 
 
-@lowers("aten::avg_pool2d", "aten::avg_pool1d")
+@lowers("aten::avg_pool1d", "aten::avg_pool2d", "aten::avg_pool3d")
 def _lower_avg_pool(ctx, node, args):
     out = _pool(
         ctx, args.self, PoolOp.Avg, args.kernel_size, args.stride, args.padding, args.ceil_mode,

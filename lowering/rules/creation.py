@@ -23,11 +23,13 @@ def _lower_scalar_tensor(ctx, node, args):
         ctx.bind(node, ctx.emit(Full, shape=[], **fill_fields(value, dtype)))
 
 
-@lowers("aten::full_like")
+@lowers("aten::full_like", "aten::fill.Scalar")
 def _lower_full_like(ctx, node, args):
+    """``fill(self, value)`` is a ``full_like`` too: a new array, MLX's being immutable."""
     x = args.self
     shape = [dim_size(ctx, x, axis) for axis in range(rank_of(x))]
-    ctx.bind(node, ctx.emit(Full, shape=shape, **fill_fields(args.fill_value, out_dtype(node))))
+    value = args.get("fill_value", args.get("value"))
+    ctx.bind(node, ctx.emit(Full, shape=shape, **fill_fields(value, out_dtype(node))))
 
 
 def _check_arange(node, args):

@@ -13,7 +13,7 @@ from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
 from etmlx.serializer.generated.etmlx_ir.UnaryOp import UnaryOp
 
 from ..registry import lowers
-from .common import as_dtype, out_dtype
+from .common import as_dtype, dtype_of, out_dtype
 
 
 def _example(arg):
@@ -62,6 +62,11 @@ ARITHMETIC = {
     "aten::bitwise_and.Tensor": BinaryOp.BitwiseAnd,
     "aten::bitwise_or.Tensor": BinaryOp.BitwiseOr,
     "aten::bitwise_xor.Tensor": BinaryOp.BitwiseXor,
+    "aten::bitwise_and.Scalar": BinaryOp.BitwiseAnd,
+    "aten::bitwise_or.Scalar": BinaryOp.BitwiseOr,
+    "aten::bitwise_xor.Scalar": BinaryOp.BitwiseXor,
+    "aten::atan2": BinaryOp.Atan2,
+    "aten::pow.Scalar": BinaryOp.Power,  # a Python number to a tensor power
 }
 
 
@@ -137,6 +142,12 @@ UNARY = {
     "aten::acos": UnaryOp.Acos,
     "aten::sinh": UnaryOp.Sinh,
     "aten::cosh": UnaryOp.Cosh,
+    "aten::log2": UnaryOp.Log2,
+    "aten::log10": UnaryOp.Log10,
+    "aten::round": UnaryOp.Round,  # half to even in both
+    "aten::asinh": UnaryOp.Asinh,
+    "aten::acosh": UnaryOp.Acosh,
+    "aten::atanh": UnaryOp.Atanh,
 }
 
 
@@ -144,6 +155,29 @@ UNARY = {
 def _lower_unary(ctx, node, args):
     x = as_dtype(ctx, args.self, out_dtype(node))
     ctx.bind(node, ctx.emit(Unary, op=UNARY[node.target.name()], x=x))
+
+
+PREDICATES = {"aten::isnan": UnaryOp.IsNan, "aten::isinf": UnaryOp.IsInf}
+
+
+@lowers(*PREDICATES)
+def _lower_predicate(ctx, node, args):
+    """A boolean per element of the operand as it is (an integer is never NaN)."""
+    ctx.bind(node, ctx.emit(Unary, op=PREDICATES[node.target.name()], x=ctx.tensor(args.self)))
+
+
+@lowers("aten::logical_xor")
+def _lower_logical_xor(ctx, node, args):
+    """Whether exactly one operand is nonzero: their truth values differ."""
+    a, b = (as_dtype(ctx, operand, torch.bool) for operand in (args.self, args.other))
+    ctx.bind(node, ctx.emit(Binary, op=BinaryOp.NotEqual, a=a, b=b))
+
+
+@lowers("aten::bitwise_not")
+def _lower_bitwise_not(ctx, node, args):
+    """PyTorch's bitwise_not of a bool is logical not; MLX inverts integers only."""
+    op = UnaryOp.LogicalNot if dtype_of(args.self) == torch.bool else UnaryOp.BitwiseNot
+    ctx.bind(node, ctx.emit(Unary, op=op, x=ctx.tensor(args.self)))
 
 
 def _check_gelu(node, args):

@@ -12,7 +12,9 @@ import torch
 from torch import fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from etmlx.serializer.generated.etmlx_ir import AsType, BroadcastTo, CheckIndex, Index, IndexPut, Slice, Take, TakeAlongAxis
+from etmlx.serializer.generated.etmlx_ir import (
+    AsType, BroadcastTo, CheckIndex, ExpandDims, Index, IndexPut, Slice, Take, TakeAlongAxis,
+)
 from etmlx.serializer.ir import int_or_slot
 
 from ..arguments import bind
@@ -157,6 +159,40 @@ def _lower_index_put(ctx, node, args):
         IndexPut, x=ctx.tensor(x), indices=slots, dims=dims, values=ctx.tensor(args.values),
         accumulate=bool(args.accumulate),
     )
+    ctx.bind(node, out)
+
+
+def _scattered_positions(args):
+    """The positions along ``dim`` a slice_scatter or select_scatter writes, or None
+    when they are not known at export."""
+    size = shape_of(args.self)[normalize_axis(args.dim, rank_of(args.self))]
+    if not isinstance(size, int):
+        return None
+    if "index" in args.names():
+        index = args.index
+        return [index + size if isinstance(index, int) and index < 0 else index] if isinstance(index, int) else None
+    bounds = (args.start, args.end, args.step)
+    if not all(b is None or isinstance(b, int) for b in bounds):
+        return None
+    return list(range(size))[slice(*bounds)]
+
+
+def _check_scatter_slice(node, args):
+    if _scattered_positions(args) is None:
+        return f"{op_name(node.target)} of a dynamic size or position"
+    return None
+
+
+@lowers("aten::slice_scatter", "aten::select_scatter", check=_check_scatter_slice)
+def _lower_scatter_slice(ctx, node, args):
+    """``self`` with ``src`` written at the positions a slice (or one index) of ``dim``
+    selects: an IndexPut with those positions as a constant index array."""
+    x, axis = args.self, normalize_axis(args.dim, rank_of(args.self))
+    values = ctx.tensor(args.src)
+    if "index" in args.names():  # select_scatter: src lacks the selected dim
+        values = ctx.emit(ExpandDims, x=values, axes=[axis])
+    positions = ctx.add_constant(torch.tensor(_scattered_positions(args), dtype=torch.int32))
+    out = ctx.emit(IndexPut, x=ctx.tensor(x), indices=[positions], dims=[axis], values=values, accumulate=False)
     ctx.bind(node, out)
 
 

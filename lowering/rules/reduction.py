@@ -2,13 +2,14 @@
 
 import torch
 
-from etmlx.serializer.generated.etmlx_ir import ArgReduce, AsType, Reduce, Variance
+from etmlx.serializer.generated.etmlx_ir import ArgReduce, AsType, Reduce, Reshape, Variance
 from etmlx.serializer.generated.etmlx_ir.ArgReduceOp import ArgReduceOp
 from etmlx.serializer.generated.etmlx_ir.ReduceOp import ReduceOp
+from etmlx.serializer.ir import int_or_slot
 
 from ..dtypes import ir_dtype
 from ..registry import lowers
-from .common import as_dtype, normalize_axis, out_dtype, rank_of, users_use_only_output
+from .common import as_dtype, normalize_axis, out_dtype, rank_of
 
 REDUCTIONS = {
     "aten::sum.dim_IntList": ReduceOp.Sum,
@@ -43,40 +44,60 @@ def _lower_reduce(ctx, node, args):
     ctx.bind(node, ctx.emit(Reduce, op=op, x=operand, axes=_axes(x, dims), keepdims=keepdim))
 
 
-@lowers("aten::sum", "aten::mean")
+REDUCE_ALL = {
+    "aten::sum": ReduceOp.Sum,
+    "aten::mean": ReduceOp.Mean,
+    "aten::prod": ReduceOp.Prod,
+    "aten::max": ReduceOp.Max,
+    "aten::min": ReduceOp.Min,
+}
+
+
+@lowers(*REDUCE_ALL)
 def _lower_reduce_all(ctx, node, args):
     x = args.self
-    op = ReduceOp.Sum if node.target.name() == "aten::sum" else ReduceOp.Mean
+    op = REDUCE_ALL[node.target.name()]
     operand = as_dtype(ctx, x, out_dtype(node))
     ctx.bind(node, ctx.emit(Reduce, op=op, x=operand, axes=_axes(x, None), keepdims=False))
 
 
-def _check_argreduce(node, args):
-    return None if args.dim is not None else "arg-reduction over all elements"
-
-
-@lowers("aten::argmax", "aten::argmin", check=_check_argreduce)
+@lowers("aten::argmax", "aten::argmin")
 def _lower_argreduce(ctx, node, args):
-    x, dim, keepdim = args.self, args.dim, bool(args.keepdim)
+    """Without ``dim``: the index into the flattened tensor (keepdim: shaped all ones)."""
+    x, keepdim = args.self, bool(args.keepdim)
     op = ArgReduceOp.ArgMax if node.target.name() == "aten::argmax" else ArgReduceOp.ArgMin
-    out = ctx.emit(ArgReduce, op=op, x=ctx.tensor(x), axis=normalize_axis(dim, rank_of(x)), keepdims=keepdim)
+    if args.dim is None:
+        flat = ctx.emit(Reshape, x=ctx.tensor(x), shape=[int_or_slot(-1)])
+        out = ctx.emit(ArgReduce, op=op, x=flat, axis=0, keepdims=False)
+        if keepdim:
+            out = ctx.emit(Reshape, x=out, shape=[int_or_slot(1)] * rank_of(x))
+    else:
+        out = ctx.emit(ArgReduce, op=op, x=ctx.tensor(x), axis=normalize_axis(args.dim, rank_of(x)), keepdims=keepdim)
     ctx.bind(node, ctx.emit(AsType, x=out, dtype=ir_dtype(torch.int64)))  # MLX returns uint32
 
 
-def _check_max_dim(node, args):
-    return users_use_only_output(node, 0)
-
-
-@lowers("aten::max.dim", "aten::min.dim", check=_check_max_dim)
+@lowers("aten::max.dim", "aten::min.dim")
 def _lower_max_dim(ctx, node, args):
-    x, dim, keepdim = args.self, args.dim, bool(args.keepdim)
-    op = ReduceOp.Max if node.target.name() == "aten::max.dim" else ReduceOp.Min
-    out = ctx.emit(Reduce, op=op, x=ctx.tensor(x), axes=[normalize_axis(dim, rank_of(x))], keepdims=keepdim)
-    ctx.bind(node, out, index=0)
+    """Values, and the indices where they are (the first one among equals, as in PyTorch),
+    each computed only when used."""
+    x, keepdim = args.self, bool(args.keepdim)
+    axis = normalize_axis(args.dim, rank_of(x))
+    is_max = node.target.name() == "aten::max.dim"
+    used = {user.args[1] for user in node.users}
+    if 0 in used:
+        out = ctx.emit(Reduce, op=ReduceOp.Max if is_max else ReduceOp.Min, x=ctx.tensor(x), axes=[axis], keepdims=keepdim)
+        ctx.bind(node, out, index=0)
+    if 1 in used:
+        op = ArgReduceOp.ArgMax if is_max else ArgReduceOp.ArgMin
+        indices = ctx.emit(ArgReduce, op=op, x=ctx.tensor(x), axis=axis, keepdims=keepdim)
+        ctx.bind(node, ctx.emit(AsType, x=indices, dtype=ir_dtype(torch.int64)), index=1)
 
 
 def _correction(args):
-    """``None`` means Bessel's correction, 1."""
+    """``var.correction``: ``None`` means Bessel's correction, 1; ``var.dim``: ``unbiased``."""
+    unbiased = args.get("unbiased")
+    if unbiased is not None:
+        return 1 if unbiased else 0
     return 1 if args.correction is None else args.correction
 
 
@@ -85,7 +106,7 @@ def _check_var(node, args):
     return None if isinstance(correction, (int, float)) and float(correction).is_integer() else "fractional correction"
 
 
-@lowers("aten::var.correction", check=_check_var)
+@lowers("aten::var.correction", "aten::var.dim", check=_check_var)
 def _lower_var(ctx, node, args):
     x = args.self
     out = ctx.emit(

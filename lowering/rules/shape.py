@@ -248,6 +248,43 @@ def _lower_flip(ctx, node, args):
     ctx.bind(node, out)
 
 
+EDGE_PADS = {
+    "aten::reflection_pad1d": "reflect", "aten::reflection_pad2d": "reflect", "aten::reflection_pad3d": "reflect",
+    "aten::replication_pad1d": "replicate", "aten::replication_pad2d": "replicate",
+    "aten::replication_pad3d": "replicate",
+}
+
+
+def _check_edge_pad(node, args):
+    shape = shape_of(args.self)
+    padded = shape[len(shape) - len(args.padding) // 2:]
+    if not is_static(args.padding) or not is_static(padded) or min(args.padding) < 0:
+        return "reflection or replication padding of a dynamic size, or negative padding"
+    return None
+
+
+def _edge_index(size: int, before: int, after: int, mode: str) -> torch.Tensor:
+    """Which input position each padded position reads along one axis."""
+    positions = torch.arange(-before, size + after)
+    if mode == "replicate":
+        return positions.clamp(0, size - 1)
+    reflected = positions.abs()
+    return torch.where(reflected > size - 1, 2 * (size - 1) - reflected, reflected)
+
+
+@lowers(*EDGE_PADS, check=_check_edge_pad)
+def _lower_edge_pad(ctx, node, args):
+    """A gather per padded axis with indices computed at export (PyTorch rejects a
+    reflection as wide as the axis, so every index is in range)."""
+    x, pad = args.self, args.padding
+    out = ctx.tensor(x)
+    for i in range(len(pad) // 2):
+        axis = rank_of(x) - 1 - i
+        index = _edge_index(shape_of(x)[axis], pad[2 * i], pad[2 * i + 1], EDGE_PADS[node.target.name()])
+        out = ctx.emit(Take, x=out, indices=ctx.add_constant(index.to(torch.int32)), axis=axis)
+    ctx.bind(node, out)
+
+
 def _nearest_scales(args):
     output_size, scale_factors = args.output_size, args.scale_factors
     spatial = shape_of(args.input)[2:]

@@ -332,11 +332,20 @@ enum class UnaryOp : int8_t {
   Acos = 25,
   Sinh = 26,
   Cosh = 27,
+  IsNan = 28,
+  IsInf = 29,
+  Log2 = 30,
+  Log10 = 31,
+  Round = 32,
+  Asinh = 33,
+  Acosh = 34,
+  Atanh = 35,
+  BitwiseNot = 36,
   MIN = Neg,
-  MAX = Cosh
+  MAX = BitwiseNot
 };
 
-inline const UnaryOp (&EnumValuesUnaryOp())[28] {
+inline const UnaryOp (&EnumValuesUnaryOp())[37] {
   static const UnaryOp values[] = {
     UnaryOp::Neg,
     UnaryOp::Abs,
@@ -365,13 +374,22 @@ inline const UnaryOp (&EnumValuesUnaryOp())[28] {
     UnaryOp::Asin,
     UnaryOp::Acos,
     UnaryOp::Sinh,
-    UnaryOp::Cosh
+    UnaryOp::Cosh,
+    UnaryOp::IsNan,
+    UnaryOp::IsInf,
+    UnaryOp::Log2,
+    UnaryOp::Log10,
+    UnaryOp::Round,
+    UnaryOp::Asinh,
+    UnaryOp::Acosh,
+    UnaryOp::Atanh,
+    UnaryOp::BitwiseNot
   };
   return values;
 }
 
 inline const char * const *EnumNamesUnaryOp() {
-  static const char * const names[29] = {
+  static const char * const names[38] = {
     "Neg",
     "Abs",
     "Exp",
@@ -400,13 +418,22 @@ inline const char * const *EnumNamesUnaryOp() {
     "Acos",
     "Sinh",
     "Cosh",
+    "IsNan",
+    "IsInf",
+    "Log2",
+    "Log10",
+    "Round",
+    "Asinh",
+    "Acosh",
+    "Atanh",
+    "BitwiseNot",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameUnaryOp(UnaryOp e) {
-  if (::flatbuffers::IsOutRange(e, UnaryOp::Neg, UnaryOp::Cosh)) return "";
+  if (::flatbuffers::IsOutRange(e, UnaryOp::Neg, UnaryOp::BitwiseNot)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesUnaryOp()[index];
 }
@@ -432,11 +459,12 @@ enum class BinaryOp : int8_t {
   BitwiseAnd = 17,
   BitwiseOr = 18,
   BitwiseXor = 19,
+  Atan2 = 20,
   MIN = Add,
-  MAX = BitwiseXor
+  MAX = Atan2
 };
 
-inline const BinaryOp (&EnumValuesBinaryOp())[20] {
+inline const BinaryOp (&EnumValuesBinaryOp())[21] {
   static const BinaryOp values[] = {
     BinaryOp::Add,
     BinaryOp::Sub,
@@ -457,13 +485,14 @@ inline const BinaryOp (&EnumValuesBinaryOp())[20] {
     BinaryOp::Remainder,
     BinaryOp::BitwiseAnd,
     BinaryOp::BitwiseOr,
-    BinaryOp::BitwiseXor
+    BinaryOp::BitwiseXor,
+    BinaryOp::Atan2
   };
   return values;
 }
 
 inline const char * const *EnumNamesBinaryOp() {
-  static const char * const names[21] = {
+  static const char * const names[22] = {
     "Add",
     "Sub",
     "Mul",
@@ -484,13 +513,14 @@ inline const char * const *EnumNamesBinaryOp() {
     "BitwiseAnd",
     "BitwiseOr",
     "BitwiseXor",
+    "Atan2",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameBinaryOp(BinaryOp e) {
-  if (::flatbuffers::IsOutRange(e, BinaryOp::Add, BinaryOp::BitwiseXor)) return "";
+  if (::flatbuffers::IsOutRange(e, BinaryOp::Add, BinaryOp::Atan2)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesBinaryOp()[index];
 }
@@ -5550,6 +5580,15 @@ inline const ::flatbuffers::TypeTable *UnaryOpTypeTable() {
     { ::flatbuffers::ET_CHAR, 0, 0 },
     { ::flatbuffers::ET_CHAR, 0, 0 },
     { ::flatbuffers::ET_CHAR, 0, 0 },
+    { ::flatbuffers::ET_CHAR, 0, 0 },
+    { ::flatbuffers::ET_CHAR, 0, 0 },
+    { ::flatbuffers::ET_CHAR, 0, 0 },
+    { ::flatbuffers::ET_CHAR, 0, 0 },
+    { ::flatbuffers::ET_CHAR, 0, 0 },
+    { ::flatbuffers::ET_CHAR, 0, 0 },
+    { ::flatbuffers::ET_CHAR, 0, 0 },
+    { ::flatbuffers::ET_CHAR, 0, 0 },
+    { ::flatbuffers::ET_CHAR, 0, 0 },
     { ::flatbuffers::ET_CHAR, 0, 0 }
   };
   static const ::flatbuffers::TypeFunction type_refs[] = {
@@ -5583,16 +5622,26 @@ inline const ::flatbuffers::TypeTable *UnaryOpTypeTable() {
     "Asin",
     "Acos",
     "Sinh",
-    "Cosh"
+    "Cosh",
+    "IsNan",
+    "IsInf",
+    "Log2",
+    "Log10",
+    "Round",
+    "Asinh",
+    "Acosh",
+    "Atanh",
+    "BitwiseNot"
   };
   static const ::flatbuffers::TypeTable tt = {
-    ::flatbuffers::ST_ENUM, 28, type_codes, type_refs, nullptr, nullptr, names
+    ::flatbuffers::ST_ENUM, 37, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }
 
 inline const ::flatbuffers::TypeTable *BinaryOpTypeTable() {
   static const ::flatbuffers::TypeCode type_codes[] = {
+    { ::flatbuffers::ET_CHAR, 0, 0 },
     { ::flatbuffers::ET_CHAR, 0, 0 },
     { ::flatbuffers::ET_CHAR, 0, 0 },
     { ::flatbuffers::ET_CHAR, 0, 0 },
@@ -5637,10 +5686,11 @@ inline const ::flatbuffers::TypeTable *BinaryOpTypeTable() {
     "Remainder",
     "BitwiseAnd",
     "BitwiseOr",
-    "BitwiseXor"
+    "BitwiseXor",
+    "Atan2"
   };
   static const ::flatbuffers::TypeTable tt = {
-    ::flatbuffers::ST_ENUM, 20, type_codes, type_refs, nullptr, nullptr, names
+    ::flatbuffers::ST_ENUM, 21, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }

@@ -117,6 +117,7 @@ Delegate::Delegate(Payload payload, const NamedDataMap* named_data, std::shared_
     steps_.push_back({handler, node->op(), nodes[i].out, nodes[i].out_is_int, node->op_type()});
   }
   hoist_constant_steps(payload_.layout);
+  separate_literals();
   for (const auto& step : steps_) {
     if (step.type == etmlx_ir::Op::CheckIndex) {
       index_checks_.emplace_back(*static_cast<const etmlx_ir::CheckIndex*>(step.table));
@@ -140,6 +141,19 @@ Delegate::~Delegate() {
   for (const auto& cache : compile_caches_) {
     mx::detail::compile_erase(cache, compile_id_);
   }
+}
+
+void Delegate::separate_literals() {
+  std::vector<std::pair<uint32_t, mx::array>> constants;
+  for (auto& [slot, array] : constants_) {
+    if (array.size() == 1) {
+      literal_slots_.push_back(slot);
+      literals_.push_back(std::move(array));
+    } else {
+      constants.emplace_back(slot, std::move(array));
+    }
+  }
+  constants_ = std::move(constants);
 }
 
 // Evaluates, once at load, every node that reads only constants (scalars,
@@ -171,7 +185,8 @@ void Delegate::hoist_constant_steps(const GraphLayout& layout) {
   steps_ = std::move(remaining);
 }
 
-Delegate::Results Delegate::interpret(const std::vector<Value>& inputs, const std::vector<mx::array>& buffers) const {
+Delegate::Results Delegate::interpret(const std::vector<Value>& inputs, const std::vector<mx::array>& buffers,
+                                      const std::vector<mx::array>& literals) const {
   Env env(graph_.num_tensor_slots(), graph_.num_int_slots());
   const auto graph_inputs = items(graph_.inputs());
   for (size_t i = 0; i < graph_inputs.size(); ++i) {
@@ -183,6 +198,9 @@ Delegate::Results Delegate::interpret(const std::vector<Value>& inputs, const st
   }
   for (const auto& [slot, array] : constants_) {
     env.set(slot, array);
+  }
+  for (size_t i = 0; i < literal_slots_.size(); ++i) {
+    env.set(literal_slots_[i], literals.at(i));
   }
   for (size_t i = 0; i < buffer_slots_.size(); ++i) {
     env.set(buffer_slots_[i].second, buffers[i]);
@@ -220,13 +238,15 @@ Delegate::Results Delegate::interpret(const std::vector<Value>& inputs, const st
   return results;
 }
 
-// The graph as a function of arrays alone, for mlx::core::compile: inputs then
-// buffer values in, outputs then buffer updates out.
+// The graph as a function of arrays alone, for mlx::core::compile: inputs, buffer
+// values and literals in; outputs, buffer updates and index checks out.
 std::vector<mx::array> Delegate::interpret_arrays(const std::vector<mx::array>& arrays) const {
-  const auto split = arrays.begin() + static_cast<std::ptrdiff_t>(num_inputs());
-  const std::vector<Value> inputs(arrays.begin(), split);
-  const std::vector<mx::array> buffers(split, arrays.end());
-  auto results = interpret(inputs, buffers);
+  const auto buffers_start = arrays.begin() + static_cast<std::ptrdiff_t>(num_inputs());
+  const auto literals_start = buffers_start + static_cast<std::ptrdiff_t>(buffer_slots_.size());
+  const std::vector<Value> inputs(arrays.begin(), buffers_start);
+  const std::vector<mx::array> buffers(buffers_start, literals_start);
+  const std::vector<mx::array> literals(literals_start, arrays.end());
+  auto results = interpret(inputs, buffers, literals);
   std::vector<mx::array> flat;
   for (auto& output : results.outputs) {
     flat.push_back(std::get<mx::array>(output));
@@ -253,13 +273,14 @@ Delegate::Results Delegate::compute(const std::vector<Value>& inputs) {
     buffers.push_back(state_->buffer(name));
   }
   if (!compiled_) {
-    return interpret(inputs, buffers);
+    return interpret(inputs, buffers, literals_);
   }
   std::vector<mx::array> arrays;
   for (const auto& input : inputs) {
     arrays.push_back(std::get<mx::array>(input));
   }
   arrays.insert(arrays.end(), buffers.begin(), buffers.end());
+  arrays.insert(arrays.end(), literals_.begin(), literals_.end());
   auto flat = compiled_(arrays);
   auto cache = mx::detail::compile_cache();
   const bool known = std::any_of(compile_caches_.begin(), compile_caches_.end(), [&](const auto& seen) {

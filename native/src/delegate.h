@@ -64,15 +64,22 @@ class Delegate {
     bool is_int;
     etmlx_ir::Op type;
   };
-  Results interpret(const std::vector<Value>& inputs, const std::vector<mx::array>& buffers) const;
+  Results interpret(const std::vector<Value>& inputs, const std::vector<mx::array>& buffers,
+                    const std::vector<mx::array>& literals) const;
   std::vector<mx::array> interpret_arrays(const std::vector<mx::array>& arrays) const;
   void hoist_constant_steps(const GraphLayout& layout);
+  void separate_literals();
 
   Payload payload_;
   const etmlx_ir::Graph& graph_;
   std::shared_ptr<ProgramState> state_;
   std::vector<Step> steps_;
   std::vector<std::pair<uint32_t, mx::array>> constants_;
+  // Size-1 constants, passed to the compiled graph as arguments rather than captured:
+  // mlx::core::compile writes a captured one into the code it generates as a literal,
+  // and drops the sign of -0.0 (mlx 0.32).
+  std::vector<uint32_t> literal_slots_;
+  std::vector<mx::array> literals_;
   std::vector<IndexCheck> index_checks_;  // per CheckIndex step, in the order they run
   size_t num_checked_sizes_ = 0;          // how many of them have no static size
   std::vector<std::pair<std::string, uint32_t>> buffer_slots_;    // buffer name, slot it is read from

@@ -35,6 +35,15 @@ UNARY = {
     UnaryOp.Acos: mx.arccos,
     UnaryOp.Sinh: mx.sinh,
     UnaryOp.Cosh: mx.cosh,
+    UnaryOp.IsNan: mx.isnan,
+    UnaryOp.IsInf: mx.isinf,
+    UnaryOp.Log2: mx.log2,
+    UnaryOp.Log10: mx.log10,
+    UnaryOp.Round: mx.round,
+    UnaryOp.Asinh: mx.arcsinh,
+    UnaryOp.Acosh: mx.arccosh,
+    UnaryOp.Atanh: mx.arctanh,
+    UnaryOp.BitwiseNot: mx.bitwise_invert,
 }
 
 BINARY = {
@@ -58,6 +67,7 @@ BINARY = {
     BinaryOp.BitwiseAnd: mx.bitwise_and,
     BinaryOp.BitwiseOr: mx.bitwise_or,
     BinaryOp.BitwiseXor: mx.bitwise_xor,
+    BinaryOp.Atan2: mx.arctan2,
 }
 
 def _as_type(op, env):

@@ -94,3 +94,16 @@ def test_export_with_a_group_size_mlx_lacks_says_so(tmp_path):
     assert result.returncode != 0
     assert "group_size=48: MLX takes multiples of 32" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_ops_lists_the_core_opset_with_the_coverage():
+    listed = etmlx("ops")
+    assert listed.returncode == 0, listed.stderr
+    assert "aten::isnan" in listed.stdout and "core ATen operators" in listed.stdout.splitlines()[-1]
+    table = json.loads(etmlx("ops", "--json").stdout)
+    rows = {row["operator"]: row for row in table["operators"]}
+    assert rows["aten::permute"]["status"] == "delegated"  # as ExecuTorch's permute_copy
+    assert rows["aten::slice.Tensor"]["status"] == "checked" and "_check_slice" in rows["aten::slice.Tensor"]["conditions"]
+    assert rows["aten::nonzero"]["status"] == "not covered"  # a data-dependent shape
+    covered = sum(row["status"] != "not covered" for row in table["operators"])
+    assert table["summary"].startswith(f"{covered} of {len(rows)} core ATen operators")

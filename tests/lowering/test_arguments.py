@@ -89,3 +89,21 @@ def test_a_dtype_default_binds_as_a_torch_dtype():
     q, s = graph.placeholder("q"), graph.placeholder("s")
     node = graph.call_function(torch.ops.torchao.dequantize_affine.default, (q, [1, 32], s, None, torch.int8))
     assert bind(node).output_dtype is torch.float32
+
+
+def test_every_rule_names_an_operator_that_exists():
+    """A misspelt rule name would never match a call: its op would silently stay outside MLX."""
+    import torchao  # noqa: F401  (registers torch.ops.torchao)
+
+    import executorch.exir.passes.dim_order_ops_registry  # noqa: F401  (registers torch.ops.dim_order_ops)
+    import etmlx.lowering.custom_ops  # noqa: F401  (registers torch.ops.etmlx)
+    import etmlx.lowering.rules  # noqa: F401
+    from etmlx.lowering.registry import RULES
+
+    for name in RULES:
+        if name.startswith("_operator."):
+            assert callable(getattr(operator, name.split(".")[1]))
+            continue
+        namespace, rest = name.split("::")
+        op, _, overload = rest.partition(".")
+        assert hasattr(getattr(getattr(torch.ops, namespace), op), overload or "default"), name

@@ -48,10 +48,27 @@ def test_transposed_conv(index, dtype):
     assert ("Add" in lowered.nodes) == (conv.bias is not None)
 
 
-def test_grouped_transposed_conv_is_declined_but_correct():
-    conv = torch.nn.ConvTranspose2d(4, 2, 3, stride=2, groups=2)
-    reason = declined(conv, (torch.randn(1, 4, 4, 4),), "aten::convolution")
-    assert "transposed" in reason
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_grouped_transposed_conv(dtype):
+    """MLX's transposed convolutions take one group: one per group, concatenated."""
+    conv = torch.nn.ConvTranspose2d(6, 4, 3, stride=2, padding=1, output_padding=1, groups=2).to(dtype)
+    lowered = delegated(conv, (torch.randn(1, 6, 4, 5, dtype=dtype),), nodes=["Concatenate"])
+    assert lowered.nodes.count("Conv") == 2
+    depthwise = torch.nn.ConvTranspose1d(3, 3, 4, stride=2, groups=3, bias=False).to(dtype)
+    assert delegated(depthwise, (torch.randn(2, 3, 7, dtype=dtype),)).nodes.count("Conv") == 3
+
+
+def test_3d_pooling():
+    x = torch.randn(1, 2, 5, 6, 7)
+
+    def fn(x):
+        return (
+            F.max_pool3d(x, 2), F.max_pool3d(x, 3, stride=2, padding=1, ceil_mode=True),
+            F.avg_pool3d(x, 2), F.avg_pool3d(x, (3, 2, 3), stride=2, padding=1, count_include_pad=False),
+        )
+
+    delegated(fn, (x,), nodes=["Max", "Avg"])
+    delegated(lambda x: F.max_pool3d(x, 2), (x.bfloat16(),), nodes=["Max"])  # PyTorch has no bf16 avg_pool3d
 
 
 POOLS = {

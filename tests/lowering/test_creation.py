@@ -1,8 +1,9 @@
 """Parity of the creation rules: full, full_like, scalar_tensor, arange."""
 
+import pytest
 import torch
 from torch.export import Dim
-from ruletest import declined, delegated, untested_rules
+from ruletest import declined, delegated, lowered_directly, untested_rules
 
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.bool]
@@ -45,6 +46,12 @@ def test_full_like_of_a_dynamic_shape():
         lambda x: torch.full_like(x, 7) + x, (torch.randn(2, 5),), nodes=["Full", "SymSize"],
         dynamic_shapes=({1: seq},), run_with=[(torch.randn(2, 9),), (torch.randn(2, 16),)],
     )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64], ids=str)
+def test_fill(dtype):
+    x = torch.zeros(2, 3, dtype=dtype)
+    assert lowered_directly(lambda x: torch.ops.aten.fill.Scalar(x, 7) + x, (x,))[0] == "Full"
 
 
 def test_arange():

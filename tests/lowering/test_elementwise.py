@@ -249,5 +249,68 @@ def test_more_unary_and_activations(dtype, shape):
         assert node in lowered.nodes
 
 
+@pytest.mark.parametrize("dtype,shape", dtype_shape_cases([(9,), (2, 3, 6)]))
+def test_logs_rounding_inverse_hyperbolics_and_atan2(dtype, shape):
+    """Rounding is half to even in both; special values included where they bite."""
+    x = (torch.randn(shape) * 3).to(dtype)
+    x.view(-1)[:4] = torch.tensor([0.5, 1.5, -2.5, 0.0])
+
+    def fn(x):
+        positive = x.abs() + 0.25
+        unit = x.clamp(-0.95, 0.95)
+        return (
+            positive.log2(), positive.log10(), x.round(), x.asinh(), (positive + 1).acosh(), unit.atanh(),
+            torch.atan2(x, positive - 1), torch.atan2(x, torch.tensor(-0.0, dtype=dtype)),
+        )
+
+    lowered = delegated(fn, (x,))
+    for node in ["Log2", "Log10", "Round", "Asinh", "Acosh", "Atanh", "Atan2"]:
+        assert node in lowered.nodes
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int32], ids=str)
+def test_isnan_isinf(dtype):
+    x = torch.tensor([[0, 1, -1, 7]]).to(dtype)
+    if dtype.is_floating_point:
+        x = torch.tensor([[0.0, float("nan"), float("inf"), -float("inf")]], dtype=dtype)
+    lowered = delegated(lambda x: (x.isnan(), x.isinf(), torch.isfinite(x), x.nan_to_num(0.0)), (x,))
+    assert "IsNan" in lowered.nodes and "IsInf" in lowered.nodes
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int8, torch.int32, torch.int64], ids=str)
+def test_bitwise_not_and_with_scalars(dtype):
+    a = torch.tensor([[0, 1, 5, 100]]).to(dtype)
+    if dtype in (torch.int8, torch.int32, torch.int64):
+        a = torch.tensor([[0, -1, 5, -100]], dtype=dtype)
+    scalar = True if dtype == torch.bool else 6
+    lowered = delegated(lambda a: (~a, a & scalar, a | scalar, a ^ scalar), (a,))
+    assert ("LogicalNot" if dtype == torch.bool else "BitwiseNot") in lowered.nodes
+
+
+def test_negative_zero_keeps_its_sign():
+    """mx.compile writes size-1 constants into its generated code as literals and drops
+    the sign of -0.0: constants reach the graph as arguments, fills of -0.0 as -(+0.0)."""
+    x = torch.tensor([0.5, -1.5, 0.0, 2.0])
+
+    def fn(x):
+        return (
+            torch.atan2(x.abs() * 0, torch.tensor(-0.0)), x * -0.0, 1 / torch.full_like(x, -0.0),
+            1 / torch.full((2,), -0.0), F.pad(x, (1, 1), value=-0.0).reciprocal(),
+        )
+
+    delegated(fn, (x,), nodes=["Atan2"])
+    assert all(torch.equal(torch.signbit(a), torch.signbit(e)) for a, e in zip(lower(Fn(fn), (x,)).program.forward(x), fn(x)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.bool], ids=str)
+def test_logical_xor_and_a_number_to_a_tensor_power(dtype):
+    a = torch.tensor([[0, 1, 2, 0], [3, 0, -1, 1]]).to(dtype)
+    b = torch.tensor([[0, 0, 5, 7]]).to(dtype)
+    fns = [lambda a, b: torch.logical_xor(a, b)]
+    fns.append((lambda a, b: torch.logical_xor(~a, b)) if dtype == torch.bool else (lambda a, b: torch.pow(2, a.abs())))
+    lowered = delegated(lambda a, b: tuple(fn(a, b) for fn in fns), (a, b), nodes=["NotEqual"])
+    assert dtype == torch.bool or "Power" in lowered.nodes
+
+
 def test_every_elementwise_rule_is_tested(whole_file):
     assert untested_rules("elementwise") == set()

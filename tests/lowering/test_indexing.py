@@ -105,5 +105,18 @@ def test_copy_casts_and_broadcasts_the_source():
     assert lowered_directly(lambda x, y: aten.copy.default(x, y), (x, torch.randn(3, 4))) == []
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64], ids=str)
+def test_slice_and_select_scatter(dtype):
+    x, src = torch.zeros(3, 6, 2, dtype=dtype), torch.arange(3 * 2 * 2).reshape(3, 2, 2).to(dtype)
+
+    def fn(x, src):
+        return (
+            torch.slice_scatter(x, src, dim=1, start=1, end=5, step=2), torch.slice_scatter(x, src, 1, -2),
+            torch.select_scatter(x, src[:, 0], 1, -1), torch.select_scatter(x, src[0].repeat(3, 1), 0, 2),
+        )
+
+    delegated(fn, (x, src), nodes=["IndexPut"])
+
+
 def test_every_indexing_rule_is_tested(whole_file):
     assert untested_rules("indexing") == set()

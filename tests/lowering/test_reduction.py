@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from ruletest import declined, delegated, dtype_shape_cases, lowered_directly, untested_rules
+from ruletest import delegated, dtype_shape_cases, lowered_directly, untested_rules
 
 aten = torch.ops.aten
 
@@ -59,14 +59,31 @@ def test_any_all(shape):
     delegated(fn, (x,), nodes=["Any", "LogicalNot"])  # edge writes all() as not(any(not))
 
 
-def test_argmax_over_all_elements_is_declined_but_correct():
-    reason = declined(lambda x: x.argmax(), (torch.randn(3, 4),), "aten::argmax")
-    assert "all elements" in reason
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32], ids=str)
+def test_whole_tensor_extrema_and_indices(dtype):
+    """Ties resolve to the first index and NaN wins, in both."""
+    x = torch.tensor([[3, 1, 3, -2], [0, 3, -2, 1], [3, 0, 0, 1]]).to(dtype)
+    inputs = [(x,)]
+    if dtype.is_floating_point:
+        with_nan = x.clone()
+        with_nan[1, 2] = float("nan")
+        inputs.append((with_nan,))
+
+    def fn(x):
+        return (
+            x.max(), x.min(), x.argmax(), x.argmin(), x.argmax(keepdim=True),
+            *x.max(1), *x.min(0, keepdim=True), x.max(1).indices,
+        )
+
+    for args in inputs:
+        delegated(fn, args, nodes=["Max", "Min", "ArgMax", "ArgMin"])
 
 
-def test_max_dim_indices_are_declined_but_correct():
-    reason = declined(lambda x: tuple(x.max(1)), (torch.randn(3, 4),), "aten::max.dim")
-    assert "output" in reason
+def test_whole_tensor_product_and_var_dim():
+    x = torch.randn(3, 4) * 0.5 + 1
+    delegated(lambda x: (x.prod(), x.int().prod()), (x,), nodes=["Prod"])
+    var_dim = lambda x: (aten.var.dim(x, [1], False, True), aten.var.dim(x, None))  # noqa: E731
+    assert "Variance" in lowered_directly(var_dim, (x,))
 
 
 def test_rules_that_edge_decomposes_lowered_directly():

@@ -3,6 +3,7 @@ static and dynamic (SymInt sizes read at run time)."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.export import Dim
 from ruletest import declined, delegated, dtype_shape_cases, lowered_directly, untested_rules
 
@@ -232,6 +233,24 @@ def test_float_to_integer_casts_match_pytorch_for_every_value(source, dtype):
     values = [float("nan"), float("inf"), -float("inf"), -1e30, 1e30, 3.7, -3.7, 200.5, -129.0, 3e9, -3e9, 70000.0]
     x = torch.tensor(values).to(source)
     delegated(lambda x: x.to(dtype), (x,), exact=["AsType"])
+
+
+def test_reflection_and_replication_padding():
+    """ExecuTorch decomposes these into index arithmetic (which runs on MLX too); kept
+    whole, each is a gather per axis with indices computed at export."""
+    aten = torch.ops.aten
+    x = torch.arange(2 * 4 * 5 * 6, dtype=torch.float32).reshape(1, 2, 4, 5, 6)
+    pads = [
+        lambda x: aten.reflection_pad1d.default(x[0, :, 0], [2, 3]),
+        lambda x: aten.reflection_pad2d.default(x[0], [1, 2, 4, 0]),
+        lambda x: aten.reflection_pad3d.default(x, [1, 1, 2, 0, 3, 1]),
+        lambda x: aten.replication_pad1d.default(x[0, :, 0], [4, 0]),
+        lambda x: aten.replication_pad2d.default(x[0], [0, 3, 2, 2]),
+        lambda x: aten.replication_pad3d.default(x, [2, 0, 0, 1, 1, 1]),
+    ]
+    for pad in pads:
+        assert "Take" in lowered_directly(pad, (x,))
+    delegated(lambda x: (F.pad(x[0], (1, 2, 4, 0), mode="reflect"), F.pad(x, (2, 0, 0, 1, 1, 1), mode="replicate")), (x,))
 
 
 def test_every_shape_rule_is_tested(whole_file):

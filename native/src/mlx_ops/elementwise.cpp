@@ -39,7 +39,7 @@ mx::array gelu_tanh(const mx::array& x) {
   return mx::multiply(half_x, mx::add(mx::array(1, dtype), mx::tanh(inner)));
 }
 
-constexpr std::array<std::pair<UnaryOp, UnaryFn>, 28> kUnary = {{
+constexpr std::array<std::pair<UnaryOp, UnaryFn>, 37> kUnary = {{
     {UnaryOp::Neg, [](const mx::array& x) { return mx::negative(x); }},
     {UnaryOp::Abs, [](const mx::array& x) { return mx::abs(x); }},
     {UnaryOp::Exp, [](const mx::array& x) { return mx::exp(x); }},
@@ -68,10 +68,19 @@ constexpr std::array<std::pair<UnaryOp, UnaryFn>, 28> kUnary = {{
     {UnaryOp::Acos, [](const mx::array& x) { return mx::arccos(x); }},
     {UnaryOp::Sinh, [](const mx::array& x) { return mx::sinh(x); }},
     {UnaryOp::Cosh, [](const mx::array& x) { return mx::cosh(x); }},
+    {UnaryOp::IsNan, [](const mx::array& x) { return mx::isnan(x); }},
+    {UnaryOp::IsInf, [](const mx::array& x) { return mx::isinf(x); }},
+    {UnaryOp::Log2, [](const mx::array& x) { return mx::log2(x); }},
+    {UnaryOp::Log10, [](const mx::array& x) { return mx::log10(x); }},
+    {UnaryOp::Round, [](const mx::array& x) { return mx::round(x); }},
+    {UnaryOp::Asinh, [](const mx::array& x) { return mx::arcsinh(x); }},
+    {UnaryOp::Acosh, [](const mx::array& x) { return mx::arccosh(x); }},
+    {UnaryOp::Atanh, [](const mx::array& x) { return mx::arctanh(x); }},
+    {UnaryOp::BitwiseNot, [](const mx::array& x) { return mx::bitwise_invert(x); }},
 }};
 static_assert(covers_enum(kUnary), "every UnaryOp needs a handler, in enum order");
 
-constexpr std::array<std::pair<BinaryOp, BinaryFn>, 20> kBinary = {{
+constexpr std::array<std::pair<BinaryOp, BinaryFn>, 21> kBinary = {{
     {BinaryOp::Add, [](const mx::array& a, const mx::array& b) { return mx::add(a, b); }},
     {BinaryOp::Sub, [](const mx::array& a, const mx::array& b) { return mx::subtract(a, b); }},
     {BinaryOp::Mul, [](const mx::array& a, const mx::array& b) { return mx::multiply(a, b); }},
@@ -92,6 +101,7 @@ constexpr std::array<std::pair<BinaryOp, BinaryFn>, 20> kBinary = {{
     {BinaryOp::BitwiseAnd, [](const mx::array& a, const mx::array& b) { return mx::bitwise_and(a, b); }},
     {BinaryOp::BitwiseOr, [](const mx::array& a, const mx::array& b) { return mx::bitwise_or(a, b); }},
     {BinaryOp::BitwiseXor, [](const mx::array& a, const mx::array& b) { return mx::bitwise_xor(a, b); }},
+    {BinaryOp::Atan2, [](const mx::array& a, const mx::array& b) { return mx::arctan2(a, b); }},
 }};
 static_assert(covers_enum(kBinary), "every BinaryOp needs a handler, in enum order");
 

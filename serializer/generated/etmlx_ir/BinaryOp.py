@@ -24,3 +24,4 @@ class BinaryOp(object):
     BitwiseAnd = 17
     BitwiseOr = 18
     BitwiseXor = 19
+    Atan2 = 20

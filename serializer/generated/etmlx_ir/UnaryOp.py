@@ -32,3 +32,12 @@ class UnaryOp(object):
     Acos = 25
     Sinh = 26
     Cosh = 27
+    IsNan = 28
+    IsInf = 29
+    Log2 = 30
+    Log10 = 31
+    Round = 32
+    Asinh = 33
+    Acosh = 34
+    Atanh = 35
+    BitwiseNot = 36
