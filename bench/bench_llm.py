@@ -1,10 +1,16 @@
 """Tiny Llama generation four ways, in one run: the .pte through etmlx's Python runtime
 and through ExecuTorch's C++ runtime with the native backend (prefill and decode
 methods, KV cache inside the MLX delegate), eager PyTorch (transformers' static cache),
-and mlx-lm's llama built from its ModelArgs with the same weights. fp32. Then the
-resident memory of a loaded program against the size of its weights, per runtime.
+and mlx-lm's llama built from its ModelArgs with the same weights. fp32 activations. Then
+the resident memory of a loaded program against the size of its weights, per runtime.
+
+``--quantize int4|int8`` quantizes the weights (linear layers and embeddings, groups of
+``--group-size``): torchao's weight-only quantization for the .pte and eager PyTorch,
+mlx-lm's own (``nn.quantize``, same bits and group size) of the same float weights for
+mlx-lm. ``--max-cache`` sizes the KV cache (default: the prompt and new tokens, plus 8).
 
     python bench/bench_llm.py [--hidden 64 --layers 2 --prompt 16 --new-tokens 32]
+                              [--max-cache 2048] [--quantize int4 --group-size 64]
 """
 
 import argparse
@@ -23,10 +29,14 @@ import torch  # noqa: E402
 from etmlx.runtime_shim.blas import preload_openblas  # noqa: E402
 
 import llm  # noqa: E402
+from etmlx.inspection import inspect_program  # noqa: E402
+from etmlx.quantization import quantized_copy  # noqa: E402
 
 
-def mlx_lm_llama(model):
-    """mlx-lm's llama with the Hugging Face model's weights copied in."""
+def mlx_lm_llama(model, quantize=None, group_size=64):
+    """mlx-lm's llama with the Hugging Face model's weights copied in, quantized by
+    mlx-lm's own means when ``quantize`` is given."""
+    import mlx.nn as nn
     from mlx_lm.models import llama
 
     c = model.config
@@ -39,8 +49,20 @@ def mlx_lm_llama(model):
     )
     reference = llama.Model(args)
     reference.load_weights([(k, mx.array(v.detach().numpy())) for k, v in model.state_dict().items()])
+    if quantize:
+        nn.quantize(reference, group_size=group_size, bits=int(quantize[3:]))
     mx.eval(reference.parameters())
     return reference
+
+
+def stored_bytes(path: str) -> tuple:
+    """(weights, KV cache) bytes of the .pte's delegates: their constants, packed when
+    quantized, once each; and their buffers, per method (methods share them by name)."""
+    report = inspect_program(path)
+    sizes, delegates = report["named_data"], [m["delegates"] for m in report["methods"].values()]
+    weights = {c["key"] for method in delegates for d in method for c in d.get("constants", [])}
+    cache = max(sum(sizes[b["key"]] for d in method for b in d.get("buffers", [])) for method in delegates)
+    return sum(sizes[key] for key in weights), cache
 
 
 def time_generation(prefill, decode, prompt, new_tokens):
@@ -92,10 +114,10 @@ def eager_runner(model):
     return prefill, decode
 
 
-def mlx_lm_runner(model):
+def mlx_lm_runner(model, quantize=None, group_size=64):
     from mlx_lm.models.cache import make_prompt_cache
 
-    reference = mlx_lm_llama(model)
+    reference = mlx_lm_llama(model, quantize, group_size)
     state = {}
 
     def prefill(prompt):
@@ -132,31 +154,44 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--prompt", type=int, default=16)
     parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--max-cache", type=int, help="KV cache capacity (default: prompt + new tokens + 8)")
+    parser.add_argument("--quantize", choices=("int4", "int8"))
+    parser.add_argument("--group-size", type=int, default=64)
     args = parser.parse_args()
-    max_cache = args.prompt + args.new_tokens + 8
+    max_cache = args.max_cache or args.prompt + args.new_tokens + 8
     model = llm.tiny_llama(hidden=args.hidden, layers=args.layers, max_cache=max_cache)
+    exported = model
+    if args.quantize:
+        exported, _ = quantized_copy(model, args.quantize, args.group_size)
     prompt = list(range(3, 3 + args.prompt))
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "llm.pte")
-        result = etmlx.export_methods(llm.export_methods(model, max_prompt=max(args.prompt, 2)), path)
+        result = etmlx.export_methods(llm.export_methods(exported, max_prompt=max(args.prompt, 2)), path)
         runs = {
             "etmlx python": time_generation(*etmlx_runner(path), prompt, args.new_tokens),
             "etmlx native": time_generation(*etmlx_runner(path, "executorch"), prompt, args.new_tokens),
-            "eager PyTorch": time_generation(*eager_runner(model), prompt, args.new_tokens),
-            "mlx-lm llama": time_generation(*mlx_lm_runner(model), prompt, args.new_tokens),
+            "eager PyTorch": time_generation(*eager_runner(exported), prompt, args.new_tokens),
+            "mlx-lm llama": time_generation(*mlx_lm_runner(model, args.quantize, args.group_size), prompt,
+                                            args.new_tokens),
         }
-        weights = sum(p.numel() * p.element_size() for p in model.parameters())
+        weights, cache = stored_bytes(path)
         memory = {runtime: resident_memory(path, runtime) for runtime in etmlx.RUNTIMES}
     print(f"Llama hidden {args.hidden}, {args.layers} layers, prompt {args.prompt}, {args.new_tokens} new tokens, "
-          f"fp32; BLAS: {preload_openblas()}; {result.report.summary()}")
-    same = len({tuple(tokens) for _, _, tokens in runs.values()}) == 1
-    print(f"greedy tokens identical across all four: {same}")
+          f"max cache {max_cache}, fp32 activations, weights {args.quantize or 'fp32'}"
+          f"{f' (groups of {args.group_size})' if args.quantize else ''}; BLAS: {preload_openblas()}; "
+          f"{result.report.summary()}")
+    same = len({tuple(runs[name][2]) for name in ("etmlx python", "etmlx native", "eager PyTorch")}) == 1
+    print(f"greedy tokens of the .pte (both runtimes) identical to eager PyTorch's: {same}; mlx-lm's "
+          f"{'equal too' if runs['mlx-lm llama'][2] == runs['eager PyTorch'][2] else 'differ'}"
+          f"{' (its own quantization)' if args.quantize else ''}")
     base_prefill, base_decode, _ = runs["mlx-lm llama"]
     print(f"{'':<16}{'prefill tok/s':>15}{'decode tok/s':>14}{'prefill vs mlx-lm':>19}{'decode vs mlx-lm':>18}")
     for name, (prefill, decode, _) in runs.items():
         print(f"{name:<16}{args.prompt / prefill:>15.0f}{1 / decode:>14.0f}"
               f"{base_prefill / prefill:>18.2f}x{base_decode / decode:>17.2f}x")
-    print(f"weights {weights / 2**20:.2f} MiB, .pte {result.size_bytes / 2**20:.2f} MiB; resident memory:")
+    print(f"weights as stored {weights / 2**20:.2f} MiB, KV cache {cache / 2**20:.2f} MiB, .pte "
+          f"{result.size_bytes / 2**20:.2f} MiB ({result.size_bytes / (weights + cache):.2f}x weights + cache); "
+          f"resident memory (weights + cache = {(weights + cache) / 2**20:.1f} MiB):")
     for runtime, text in memory.items():
         print(f"  {runtime:<12} {text}")
 

@@ -1,8 +1,10 @@
 """Greedy generation on MLX with a KV cache: a tiny Hugging Face Llama exported to one
 .pte with ``prefill`` and ``decode`` methods, compared token for token with eager
-PyTorch's greedy generation of the same model.
+PyTorch's greedy generation of the same model. With ``--quantize int4`` (or int8) the
+weights are quantized first (torchao, weight-only) and run on MLX's quantized kernels;
+the reference is then the quantized model in eager PyTorch.
 
-    python examples/generate.py [--new-tokens 32] [--runtime executorch]
+    python examples/generate.py [--new-tokens 32] [--runtime executorch] [--quantize int4]
 """
 
 import argparse
@@ -26,10 +28,17 @@ def main() -> None:
     parser.add_argument("--output", default=os.path.join("out", "tiny_llama.pte"))
     parser.add_argument("--runtime", choices=etmlx.RUNTIMES, default="python",
                         help="etmlx's Python runtime, or ExecuTorch's C++ runtime with the native backend")
+    parser.add_argument("--quantize", choices=("int4", "int8"), help="quantize the weights first (torchao weight-only)")
+    parser.add_argument("--group-size", type=int, default=32, help="values per quantization group (default 32)")
     args = parser.parse_args()
     os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
 
     model = llm.tiny_llama()
+    if args.quantize:
+        from etmlx.quantization import quantized_copy
+
+        model, layers = quantized_copy(model, args.quantize, args.group_size)
+        print(f"quantized {len(layers)} layers to {args.quantize}, groups of {args.group_size}")
     result = etmlx.export_methods(llm.export_methods(model), args.output)
     print(f"wrote {result.path} ({result.size_bytes} bytes); {result.report.summary()}")
 
