@@ -116,6 +116,8 @@ def test_slice_and_select_scatter(dtype):
         )
 
     delegated(fn, (x, src), nodes=["IndexPut"])
+    select = lambda x, src: torch.ops.aten.select_scatter.default(x, src[:, 0], 1, -1)  # noqa: E731  (edge decomposes it)
+    assert "IndexPut" in lowered_directly(select, (x, src))
 
 
 def test_every_indexing_rule_is_tested(whole_file):
