@@ -53,6 +53,9 @@ class MlxDelegate:
         self._literal_slots = [slot for slot, array in constants.items() if array.size == 1]
         self._literals = [constants[slot] for slot in self._literal_slots]
         self._check_ops = [op for handler, op, _, _ in self._steps if handler is _CHECK_INDEX]  # in run order
+        for op in self._check_ops:
+            if not op.size.isSlot and op.size.value < 0:
+                raise PayloadError(f"a CheckIndex against a negative size, {op.size.value}")
         self._state = state
         for buffer in graph.buffers or []:
             state.register(buffer.name, _named_array(buffer.initial, named_data))

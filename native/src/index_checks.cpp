@@ -55,6 +55,9 @@ std::optional<std::string> first_out_of_range(const mx::array& indices, int64_t 
 IndexCheck::IndexCheck(const etmlx_ir::CheckIndex& op)
     : what_(op.what() ? op.what()->str() : "an index"), wraps_(op.wraps()) {
   if (op.size() != nullptr && !op.size()->is_slot()) {
+    if (op.size()->value() < 0) {
+      throw FormatError("a CheckIndex against a negative size, " + std::to_string(op.size()->value()));
+    }
     static_size_ = op.size()->value();
   }
 }

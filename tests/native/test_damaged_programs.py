@@ -120,3 +120,19 @@ def test_slot_count_past_the_limit(pte):
         struct.pack_into("<I", body, _field_position(graph, 4), 1 << 30)  # Graph.num_tensor_slots
 
     _load_everywhere(_patched(pte, patch), "1073741824 tensor slots; at most 16777216")
+
+
+def test_a_bounds_check_against_a_negative_size():
+    """Found by the fuzzer under UBSan: -size overflowed for a size of INT64_MIN."""
+    from etmlx.serializer.generated.etmlx_ir import CheckIndex
+    from etmlx.serializer.generated.etmlx_ir.Op import Op
+
+    data = lower(torch.nn.Embedding(10, 4), (torch.tensor([[1, 2]]),)).pte
+
+    def patch(body, graph):
+        node = next(graph.Nodes(i) for i in range(graph.NodesLength()) if graph.Nodes(i).OpType() == Op.CheckIndex)
+        table, union = CheckIndex.CheckIndex(), node.Op()
+        table.Init(union.Bytes, union.Pos)
+        struct.pack_into("<q", body, _field_position(table, 4 + 2 * 1), -(2**63))  # size.value
+
+    _load_everywhere(_patched(data, patch), "CheckIndex against a negative size")
