@@ -64,6 +64,8 @@ def deserialize(data: bytes) -> "graph_module.GraphT":
     if len(body) < body_size:
         raise PayloadError(f"payload truncated: header promises {body_size} bytes, {len(body)} present")
     body = body[:body_size]
+    if not body:
+        raise PayloadError("payload empty: the header promises no graph")
     if zlib.crc32(body) != crc:
         raise PayloadError("payload corrupted: checksum mismatch")
     try:

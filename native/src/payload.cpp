@@ -70,6 +70,9 @@ Payload read_payload(std::span<const uint8_t> bytes) {
                       std::to_string(body.size()) + " present");
   }
   const auto graph_bytes = body.first(static_cast<size_t>(body_size));
+  if (graph_bytes.empty()) {
+    throw FormatError("payload empty: the header promises no graph");
+  }
   if (crc32(graph_bytes) != expected_crc) {
     throw FormatError("payload corrupted: checksum mismatch");
   }

@@ -7,6 +7,8 @@ import mlx.core as mx
 
 from etmlx.serializer.generated.etmlx_ir.PoolOp import PoolOp
 
+from .env import floating_operand
+
 
 _CONV_TRANSPOSE = {1: mx.conv_transpose1d, 2: mx.conv_transpose2d, 3: mx.conv_transpose3d}
 
@@ -102,6 +104,7 @@ def _max_pool(op, x: mx.array, g: _Geometry) -> mx.array:
 
 
 def _avg_pool(op, x: mx.array, g: _Geometry) -> mx.array:
+    floating_operand(x, "average pooling")
     wide = x.astype(mx.float32) if x.dtype in (mx.float16, mx.bfloat16) else x  # PyTorch accumulates in float32
     padded = mx.pad(wide, g.pads(lambda i: (g.padding[i], g.padding[i] + g.extra[i])))
     total = mx.sum(g.windows(padded), axis=g.axes)

@@ -13,6 +13,16 @@ NUMPY_STORAGE = {
 }
 
 
+def floating_operand(x: mx.array, what: str) -> mx.array:
+    """The operand of a node PyTorch computes on floating-point tensors only (averages,
+    variance, log-softmax), whose result is cast back to the operand's dtype. An integer
+    operand comes only from a malformed payload, and the cast of its float result (inf,
+    NaN) would be undefined behaviour in the code mx.compile generates."""
+    if not mx.issubdtype(x.dtype, mx.floating):
+        raise ValueError(f"{what} of a tensor that is not floating-point")
+    return x
+
+
 def fill_value(op) -> mx.array:
     """The 0-d array of a Scalar or Full node: exact int64 for integer dtypes."""
     dtype = MX_DTYPES[op.dtype]

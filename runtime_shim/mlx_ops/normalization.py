@@ -1,5 +1,7 @@
 import mlx.core as mx
 
+from .env import floating_operand
+
 
 def _layer_norm(op, env):
     weight = env.t(op.weight) if op.hasWeight else None
@@ -8,7 +10,7 @@ def _layer_norm(op, env):
 
 
 def _log_softmax(op, env):
-    x = env.t(op.x)
+    x = floating_operand(env.t(op.x), "log-softmax")
     wide = x.astype(mx.float32)  # PyTorch accumulates half-precision log-softmax in float32
     return (wide - mx.logsumexp(wide, axis=op.axis, keepdims=True)).astype(x.dtype)
 

@@ -9,7 +9,7 @@ import runtimes
 import torch
 
 import etmlx
-from etmlx.runtime_shim.errors import PteFormatError
+from etmlx.runtime_shim.errors import ExecutionError, PteFormatError
 from etmlx.serializer.generated.etmlx_ir import Graph
 from lowering_harness import lower
 
@@ -136,3 +136,40 @@ def test_a_bounds_check_against_a_negative_size():
         struct.pack_into("<q", body, _field_position(table, 4 + 2 * 1), -(2**63))  # size.value
 
     _load_everywhere(_patched(data, patch), "CheckIndex against a negative size")
+
+
+def test_an_empty_payload_body(pte):
+    """Found by the fuzzer under UBSan: the native reader copied from a null pointer."""
+    data = bytearray(pte)
+    start = _payload_at(data)
+    HEADER.pack_into(data, start, b"EMLX", HEADER.unpack_from(data, start)[1], 0, zlib.crc32(b""), 0)
+    _load_everywhere(bytes(data), "payload empty")
+
+
+def test_an_integer_operand_where_pytorch_computes_on_floats_only():
+    """Found by the fuzzer under ASan: an embedding's CheckIndex retyped as Variance gave
+    the gather the int64 cast of inf, undefined in the code mx.compile generates. Each
+    runtime refuses the file or the call; the handlers refuse integer operands."""
+    import mlx.core as mx
+
+    from etmlx.runtime_shim.mlx_ops import HANDLERS
+    from etmlx.runtime_shim.mlx_ops.env import Env
+    from etmlx.serializer.generated.etmlx_ir import Variance
+    from etmlx.serializer.generated.etmlx_ir.Op import Op
+    from etmlx.serializer.ir import tid
+
+    data = lower(torch.nn.Embedding(10, 4), (torch.tensor([[1, 2]]),)).pte
+
+    def patch(body, graph):
+        node = next(graph.Nodes(i) for i in range(graph.NodesLength()) if graph.Nodes(i).OpType() == Op.CheckIndex)
+        body[_field_position(node, 4)] = Op.Variance  # Node.op_type
+
+    for runtime in runtimes.RUNTIMES:
+        with pytest.raises((PteFormatError, ExecutionError)):
+            etmlx.load(_patched(data, patch), runtime=runtime).forward(torch.tensor([[1, 2]]))
+    env = Env(2, 0)
+    env.tensors[0] = mx.array([[1, 2, 3]], dtype=mx.int64)
+    op = Variance.VarianceT()
+    op.x, op.axes, op.ddof = tid(0), [], 28
+    with pytest.raises(ValueError, match="variance of a tensor that is not floating-point"):
+        HANDLERS["Variance"](op, env)

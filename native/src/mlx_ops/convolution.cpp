@@ -187,6 +187,7 @@ mx::array max_pool(const etmlx_ir::Pool&, const mx::array& x, const PoolGeometry
 
 // PyTorch accumulates half-precision averages in float32.
 mx::array avg_pool(const etmlx_ir::Pool& op, const mx::array& x, const PoolGeometry& g) {
+  floating_operand(x, "average pooling");
   const bool half = x.dtype() == mx::float16 || x.dtype() == mx::bfloat16;
   const auto wide = half ? mx::astype(x, mx::float32) : x;
   const auto total = mx::sum(windows(pad_for_windows(wide, g, mx::array(0, wide.dtype())), g), window_axes(g));

@@ -70,4 +70,15 @@ inline std::vector<int> ints(const flatbuffers::Vector<int32_t>* values) {
   return values == nullptr ? std::vector<int>{} : std::vector<int>(values->begin(), values->end());
 }
 
+// The operand of a node PyTorch computes on floating-point tensors only (averages,
+// variance, log-softmax), whose result is cast back to the operand's dtype. An
+// integer operand comes only from a malformed payload, and the cast of its float
+// result (inf, NaN) would be undefined behaviour in the code mx.compile generates.
+inline const mx::array& floating_operand(const mx::array& x, const std::string& what) {
+  if (!mx::issubdtype(x.dtype(), mx::floating)) {
+    throw std::invalid_argument(what + " of a tensor that is not floating-point");
+  }
+  return x;
+}
+
 }  // namespace etmlx::native

@@ -20,7 +20,7 @@ mx::array softmax(const etmlx_ir::Softmax& op, Env& env) {
 
 // PyTorch accumulates half-precision log-softmax in float32.
 mx::array log_softmax(const etmlx_ir::LogSoftmax& op, Env& env) {
-  const auto& x = env.t(op.x());
+  const auto& x = floating_operand(env.t(op.x()), "log-softmax");
   const auto wide = mx::astype(x, mx::float32);
   return mx::astype(mx::subtract(wide, mx::logsumexp(wide, op.axis(), /*keepdims=*/true)), x.dtype());
 }

@@ -44,7 +44,7 @@ mx::array arg_reduce(const etmlx_ir::ArgReduce& op, Env& env) {
 
 // PyTorch accumulates half-precision variance in float32.
 mx::array variance(const etmlx_ir::Variance& op, Env& env) {
-  const auto& x = env.t(op.x());
+  const auto& x = floating_operand(env.t(op.x()), "variance");
   const bool half = x.dtype() == mx::float16 || x.dtype() == mx::bfloat16;
   const auto wide = half ? mx::astype(x, mx::float32) : x;
   return mx::astype(mx::var(wide, ints(op.axes()), op.keepdims(), op.ddof()), x.dtype());
