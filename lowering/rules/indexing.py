@@ -162,6 +162,36 @@ def _lower_index_put(ctx, node, args):
     ctx.bind(node, out)
 
 
+def _check_scatter_add(node, args):
+    if rank_of(args.self) == 0 or not is_static(shape_of(args.index)) or not is_static(shape_of(args.src)):
+        return "scatter_add of a 0-d tensor, or with a dynamic index or source shape"
+    return None
+
+
+@lowers("aten::scatter_add", check=_check_scatter_add)
+def _lower_scatter_add(ctx, node, args):
+    """``self[..., index[i, j], ...] += src[i, j]`` along ``dim``: an accumulating
+    IndexPut whose other dims are indexed by aranges over the index's extent, which is
+    also the block of ``src`` PyTorch reads. (Sums of duplicate positions may round in
+    another order than PyTorch's.)"""
+    x, index = args.self, args.index
+    rank, axis = rank_of(x), normalize_axis(args.dim, rank_of(x))
+    extent = shape_of(index)
+    values = ctx.tensor(args.src)
+    for d, (used, available) in enumerate(zip(extent, shape_of(args.src))):
+        if used != available:
+            values = ctx.emit(Slice, x=values, axis=d, start=int_or_slot(0), stop=int_or_slot(used), step=1)
+    slots = []
+    for d in range(rank):
+        if d == axis:
+            slots.append(checked_index(ctx, index, x, axis, wraps=False))  # PyTorch rejects negative ones
+        else:
+            grid = torch.arange(extent[d], dtype=torch.int32).reshape([-1 if e == d else 1 for e in range(rank)])
+            slots.append(ctx.add_constant(grid))
+    out = ctx.emit(IndexPut, x=ctx.tensor(x), indices=slots, dims=list(range(rank)), values=values, accumulate=True)
+    ctx.bind(node, out)
+
+
 def _scattered_positions(args):
     """The positions along ``dim`` a slice_scatter or select_scatter writes, or None
     when they are not known at export."""

@@ -120,5 +120,20 @@ def test_slice_and_select_scatter(dtype):
     assert "IndexPut" in lowered_directly(select, (x, src))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64], ids=str)
+def test_scatter_add(dtype):
+    """Duplicate positions accumulate; the index may cover less than src and self."""
+    x = torch.arange(4 * 5, dtype=dtype).reshape(4, 5)
+    src = torch.arange(3 * 6, dtype=dtype).reshape(3, 6) * 3
+
+    def fn(x, index, src):
+        return x.scatter_add(1, index, src), x.scatter_add(0, index[:, :2] % 4, src)
+
+    index = torch.tensor([[0, 4, 4], [1, 1, 1], [3, 2, 0]])
+    lowered = delegated(fn, (x, index, src), nodes=["IndexPut", "CheckIndex"])
+    with pytest.raises(IndexError, match="holds index 5"):
+        lowered.program.forward(x, index + (index == 4), src)
+
+
 def test_every_indexing_rule_is_tested(whole_file):
     assert untested_rules("indexing") == set()
