@@ -28,7 +28,7 @@ from .validate import validate
 BACKEND_ID = "EtMlxBackend"
 MAGIC = b"EMLX"
 # 1: the first format. 2: CheckIndex (bounds-checked run-time indices). 3: quantized
-# weights (QuantizedMatmul, Dequantize), and Unary/Binary ops from IsNan to Atan2.
+# weights (QuantizedMatmul, Dequantize), Unary/Binary ops from IsNan to Atan2, and Sort.
 FORMAT_VERSION = 3
 _HEADER = struct.Struct("<4sIQII")
 HEADER_SIZE = _HEADER.size

@@ -110,6 +110,9 @@ struct VarianceBuilder;
 struct Scan;
 struct ScanBuilder;
 
+struct Sort;
+struct SortBuilder;
+
 struct ArgReduce;
 struct ArgReduceBuilder;
 
@@ -218,6 +221,8 @@ inline const ::flatbuffers::TypeTable *ReduceTypeTable();
 inline const ::flatbuffers::TypeTable *VarianceTypeTable();
 
 inline const ::flatbuffers::TypeTable *ScanTypeTable();
+
+inline const ::flatbuffers::TypeTable *SortTypeTable();
 
 inline const ::flatbuffers::TypeTable *ArgReduceTypeTable();
 
@@ -738,11 +743,12 @@ enum class Op : uint8_t {
   CheckIndex = 38,
   QuantizedMatmul = 39,
   Dequantize = 40,
+  Sort = 41,
   MIN = NONE,
-  MAX = Dequantize
+  MAX = Sort
 };
 
-inline const Op (&EnumValuesOp())[41] {
+inline const Op (&EnumValuesOp())[42] {
   static const Op values[] = {
     Op::NONE,
     Op::Unary,
@@ -784,13 +790,14 @@ inline const Op (&EnumValuesOp())[41] {
     Op::RmsNorm,
     Op::CheckIndex,
     Op::QuantizedMatmul,
-    Op::Dequantize
+    Op::Dequantize,
+    Op::Sort
   };
   return values;
 }
 
 inline const char * const *EnumNamesOp() {
-  static const char * const names[42] = {
+  static const char * const names[43] = {
     "NONE",
     "Unary",
     "Binary",
@@ -832,13 +839,14 @@ inline const char * const *EnumNamesOp() {
     "CheckIndex",
     "QuantizedMatmul",
     "Dequantize",
+    "Sort",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameOp(Op e) {
-  if (::flatbuffers::IsOutRange(e, Op::NONE, Op::Dequantize)) return "";
+  if (::flatbuffers::IsOutRange(e, Op::NONE, Op::Sort)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesOp()[index];
 }
@@ -1005,6 +1013,10 @@ template<> struct OpTraits<etmlx_ir::QuantizedMatmul> {
 
 template<> struct OpTraits<etmlx_ir::Dequantize> {
   static const Op enum_value = Op::Dequantize;
+};
+
+template<> struct OpTraits<etmlx_ir::Sort> {
+  static const Op enum_value = Op::Sort;
 };
 
 template <bool B = false>
@@ -3619,6 +3631,71 @@ inline ::flatbuffers::Offset<Scan> CreateScan(
   return builder_.Finish();
 }
 
+struct Sort FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef SortBuilder Builder;
+  static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
+    return SortTypeTable();
+  }
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_X = 4,
+    VT_AXIS = 6,
+    VT_OUT = 8
+  };
+  const etmlx_ir::Tid *x() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_X);
+  }
+  int32_t axis() const {
+    return GetField<int32_t>(VT_AXIS, 0);
+  }
+  const etmlx_ir::Tid *out() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_OUT);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_X, 4) &&
+           VerifyField<int32_t>(verifier, VT_AXIS, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_OUT, 4) &&
+           verifier.EndTable();
+  }
+};
+
+struct SortBuilder {
+  typedef Sort Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_x(const etmlx_ir::Tid *x) {
+    fbb_.AddStruct(Sort::VT_X, x);
+  }
+  void add_axis(int32_t axis) {
+    fbb_.AddElement<int32_t>(Sort::VT_AXIS, axis, 0);
+  }
+  void add_out(const etmlx_ir::Tid *out) {
+    fbb_.AddStruct(Sort::VT_OUT, out);
+  }
+  explicit SortBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<Sort> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<Sort>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<Sort> CreateSort(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const etmlx_ir::Tid *x = nullptr,
+    int32_t axis = 0,
+    const etmlx_ir::Tid *out = nullptr) {
+  SortBuilder builder_(_fbb);
+  builder_.add_out(out);
+  builder_.add_axis(axis);
+  builder_.add_x(x);
+  return builder_.Finish();
+}
+
 struct ArgReduce FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef ArgReduceBuilder Builder;
   static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
@@ -4753,6 +4830,9 @@ struct Node FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const etmlx_ir::Dequantize *op_as_Dequantize() const {
     return op_type() == etmlx_ir::Op::Dequantize ? static_cast<const etmlx_ir::Dequantize *>(op()) : nullptr;
   }
+  const etmlx_ir::Sort *op_as_Sort() const {
+    return op_type() == etmlx_ir::Op::Sort ? static_cast<const etmlx_ir::Sort *>(op()) : nullptr;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -4921,6 +5001,10 @@ template<> inline const etmlx_ir::QuantizedMatmul *Node::op_as<etmlx_ir::Quantiz
 
 template<> inline const etmlx_ir::Dequantize *Node::op_as<etmlx_ir::Dequantize>() const {
   return op_as_Dequantize();
+}
+
+template<> inline const etmlx_ir::Sort *Node::op_as<etmlx_ir::Sort>() const {
+  return op_as_Sort();
 }
 
 struct NodeBuilder {
@@ -5500,6 +5584,10 @@ inline bool VerifyOp(::flatbuffers::VerifierTemplate<B> &verifier, const void *o
       auto ptr = reinterpret_cast<const etmlx_ir::Dequantize *>(obj);
       return verifier.VerifyTable(ptr);
     }
+    case Op::Sort: {
+      auto ptr = reinterpret_cast<const etmlx_ir::Sort *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
     default: return true;
   }
 }
@@ -5841,7 +5929,8 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     { ::flatbuffers::ET_SEQUENCE, 0, 36 },
     { ::flatbuffers::ET_SEQUENCE, 0, 37 },
     { ::flatbuffers::ET_SEQUENCE, 0, 38 },
-    { ::flatbuffers::ET_SEQUENCE, 0, 39 }
+    { ::flatbuffers::ET_SEQUENCE, 0, 39 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 40 }
   };
   static const ::flatbuffers::TypeFunction type_refs[] = {
     etmlx_ir::UnaryTypeTable,
@@ -5883,7 +5972,8 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     etmlx_ir::RmsNormTypeTable,
     etmlx_ir::CheckIndexTypeTable,
     etmlx_ir::QuantizedMatmulTypeTable,
-    etmlx_ir::DequantizeTypeTable
+    etmlx_ir::DequantizeTypeTable,
+    etmlx_ir::SortTypeTable
   };
   static const char * const names[] = {
     "NONE",
@@ -5926,10 +6016,11 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     "RmsNorm",
     "CheckIndex",
     "QuantizedMatmul",
-    "Dequantize"
+    "Dequantize",
+    "Sort"
   };
   static const ::flatbuffers::TypeTable tt = {
-    ::flatbuffers::ST_UNION, 41, type_codes, type_refs, nullptr, nullptr, names
+    ::flatbuffers::ST_UNION, 42, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }
@@ -6660,6 +6751,26 @@ inline const ::flatbuffers::TypeTable *ScanTypeTable() {
   };
   static const ::flatbuffers::TypeTable tt = {
     ::flatbuffers::ST_TABLE, 4, type_codes, type_refs, nullptr, nullptr, names
+  };
+  return &tt;
+}
+
+inline const ::flatbuffers::TypeTable *SortTypeTable() {
+  static const ::flatbuffers::TypeCode type_codes[] = {
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_INT, 0, -1 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 }
+  };
+  static const ::flatbuffers::TypeFunction type_refs[] = {
+    etmlx_ir::TidTypeTable
+  };
+  static const char * const names[] = {
+    "x",
+    "axis",
+    "out"
+  };
+  static const ::flatbuffers::TypeTable tt = {
+    ::flatbuffers::ST_TABLE, 3, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }

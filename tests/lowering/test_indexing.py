@@ -75,12 +75,6 @@ def test_index_put_accumulate():
     delegated(lambda x, i, v: torch.index_put(x, (i,), v, accumulate=True), (x, index, values), nodes=["IndexPut"])
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.bool])
-def test_cumsum(dtype):
-    x = (torch.randn(3, 6) * 2).to(dtype)
-    delegated(lambda x: (torch.cumsum(x, -1), torch.cumsum(x, 0)), (x,), nodes=["CumSum"])
-
-
 @pytest.mark.parametrize("weight_dtype,index_dtype", [(torch.float16, torch.int32), (torch.bfloat16, torch.int64)], ids=str)
 def test_embedding_and_index_select(weight_dtype, index_dtype):
     embedding = torch.nn.Embedding(10, 4).to(weight_dtype)

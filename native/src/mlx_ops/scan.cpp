@@ -1,4 +1,4 @@
-// Scan (inclusive running reductions).
+// Ops along one axis: Scan (inclusive running reductions) and Sort.
 #include <array>
 #include <utility>
 
@@ -22,10 +22,13 @@ mx::array scan(const etmlx_ir::Scan& op, Env& env) {
   return kScan[static_cast<size_t>(op.op())].second(env.t(op.x()), op.axis());
 }
 
+mx::array sort(const etmlx_ir::Sort& op, Env& env) { return mx::sort(env.t(op.x()), op.axis()); }
+
 }  // namespace
 
 void register_scan(Registry& r) {
   r.tensor<etmlx_ir::Scan, scan>();
+  r.tensor<etmlx_ir::Sort, sort>();
   r.operations("Scan", enum_names(kScan, etmlx_ir::EnumNameScanOp));
 }
 

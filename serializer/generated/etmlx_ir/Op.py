@@ -45,6 +45,7 @@ class Op(object):
     CheckIndex = 38
     QuantizedMatmul = 39
     Dequantize = 40
+    Sort = 41
 
 def OpCreator(unionType, table):
     from flatbuffers.table import Table
@@ -170,4 +171,7 @@ def OpCreator(unionType, table):
     if unionType == Op.Dequantize:
         import etmlx.serializer.generated.etmlx_ir.Dequantize
         return etmlx.serializer.generated.etmlx_ir.Dequantize.DequantizeT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op.Sort:
+        import etmlx.serializer.generated.etmlx_ir.Sort
+        return etmlx.serializer.generated.etmlx_ir.Sort.SortT.InitFromBuf(table.Bytes, table.Pos)
     return None
