@@ -104,15 +104,53 @@ def _lower_rsub(ctx, node, args):
 
 
 def _check_div_mode(node, args):
-    if args.rounding_mode not in (None, "floor"):
+    if args.rounding_mode not in (None, "floor", "trunc"):
         return f"div rounding_mode={args.rounding_mode!r}"
     return None
 
 
-@lowers("aten::div.Tensor_mode", check=_check_div_mode)
+def _truncated(ctx, x, dtype):
+    """Rounded toward zero: ceil below zero, floor elsewhere (NaN and -0.0 kept)."""
+    negative = ctx.emit(Binary, op=BinaryOp.Less, a=x, b=as_dtype(ctx, 0, dtype))
+    return ctx.emit(
+        Where, cond=negative, a=ctx.emit(Unary, op=UnaryOp.Ceil, x=x), b=ctx.emit(Unary, op=UnaryOp.Floor, x=x)
+    )
+
+
+def _truncated_division(ctx, node, a, b):
+    """PyTorch's ``trunc`` division: ``trunc(a / b)`` for floats; for integers C's
+    quotient, the floor quotient moved up by one where it was inexact and the signs differ."""
+    dtype = out_dtype(node)
+    a, b = as_dtype(ctx, a, dtype), as_dtype(ctx, b, dtype)
+    if dtype.is_floating_point:
+        return _truncated(ctx, ctx.emit(Binary, op=BinaryOp.Div, a=a, b=b), dtype)
+    floor = ctx.emit(Binary, op=BinaryOp.FloorDivide, a=a, b=b)
+    zero = as_dtype(ctx, 0, dtype)
+    inexact = ctx.emit(Binary, op=BinaryOp.NotEqual, a=ctx.emit(Binary, op=BinaryOp.Remainder, a=a, b=b), b=zero)
+    signs_differ = ctx.emit(
+        Binary, op=BinaryOp.NotEqual,
+        a=ctx.emit(Binary, op=BinaryOp.Less, a=a, b=zero), b=ctx.emit(Binary, op=BinaryOp.Less, a=b, b=zero),
+    )
+    moved = ctx.emit(Binary, op=BinaryOp.LogicalAnd, a=inexact, b=signs_differ)
+    up = ctx.emit(Binary, op=BinaryOp.Add, a=floor, b=as_dtype(ctx, 1, dtype))
+    return ctx.emit(Where, cond=moved, a=up, b=floor)
+
+
+@lowers("aten::div.Tensor_mode", "aten::div.Scalar_mode", check=_check_div_mode)
 def _lower_div_mode(ctx, node, args):
+    if args.rounding_mode == "trunc":
+        ctx.bind(node, _truncated_division(ctx, node, args.self, args.other))
+        return
     op = BinaryOp.FloorDivide if args.rounding_mode == "floor" else BinaryOp.Div
     ctx.bind(node, _binary(ctx, node, op, args.self, args.other))
+
+
+@lowers("aten::trunc")
+def _lower_trunc(ctx, node, args):
+    """Integers are whole already."""
+    dtype = out_dtype(node)
+    x = ctx.tensor(args.self)
+    ctx.bind(node, _truncated(ctx, x, dtype) if dtype.is_floating_point else x)
 
 
 UNARY = {

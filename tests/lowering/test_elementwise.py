@@ -217,10 +217,22 @@ def test_float64_inputs_delegate_nothing():
     torch.testing.assert_close(lowered.program.forward(x, y), module(x, y))
 
 
-def test_trunc_division_is_declined_but_correct():
-    a, b = torch.tensor([-7, 7, -5, 5]), torch.tensor([2, -2, 3, 3])
-    reason = declined(lambda a, b: torch.div(a, b, rounding_mode="trunc"), (a, b), "aten::div.Tensor_mode")
-    assert "trunc" in reason
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float32, torch.float16], ids=str)
+def test_trunc_division_and_trunc(dtype):
+    a = torch.tensor([-7, 7, -5, 5, -6, 6, 0, -1]).to(dtype)
+    b = torch.tensor([2, -2, 3, 3, -3, 4, 5, 2]).to(dtype)
+    if dtype.is_floating_point:
+        a, b = a * 1.3, b * 0.7
+
+    def fn(a, b):
+        return (
+            torch.div(a, b, rounding_mode="trunc"), torch.div(a, 3, rounding_mode="trunc"),
+            torch.div(a, b, rounding_mode="floor"), torch.trunc(a * 0.75 if dtype.is_floating_point else a),
+        )
+
+    delegated(fn, (a, b))
+    div_scalar = lambda a: torch.ops.aten.div.Scalar_mode(a, -4, rounding_mode="trunc")  # noqa: E731
+    assert lowered_directly(div_scalar, (a,))
 
 
 def test_rules_that_edge_decomposes_lowered_directly():
