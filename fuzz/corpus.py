@@ -1,7 +1,7 @@
 """The programs the fuzzer mutates: small exported models that between them have every
 part of a .pte a reader must check — static and dynamic shapes, mutable buffers, a
 bounds-checked index input, partial delegation (two payloads around a declined call),
-quantized weights."""
+quantized weights, sorting and scattering."""
 
 import dataclasses
 import pathlib
@@ -57,6 +57,15 @@ class _QuantizedLookup(torch.nn.Module):
         return self.project(self.embed(ids))
 
 
+class _SortsAndScatters(torch.nn.Module):
+    """Sorted and top-k values, a scatter_add by run-time indices, and elementwise math."""
+
+    def forward(self, x, index):
+        ordered = torch.sort(x, dim=-1, descending=True).values + torch.topk(x, 2).values.sum(-1, keepdim=True)
+        spread = torch.zeros(x.shape[0], 8).scatter_add(1, index, x[:, : index.shape[1]])
+        return ordered.atan2(x.round()), spread.isnan(), torch.div(x, 3, rounding_mode="trunc")
+
+
 def _factories():
     mlp, mlp_inputs, _ = models.mlp()
     block, block_inputs, block_dynamic = models.encoder_block_dynamic_seq()
@@ -65,6 +74,7 @@ def _factories():
     yield "counter_embedding", _Counter(), (torch.tensor([[1, 2, 3]]),), None
     yield "partly_delegated", _PartlyDelegated(), (torch.randn(3, 8),), None
     yield "quantized_int4", quantized_copy(_QuantizedLookup(), "int4", 32)[0], (torch.tensor([[1, 5, 15]]),), None
+    yield "sorts_and_scatters", _SortsAndScatters(), (torch.randn(3, 6), torch.tensor([[0, 7, 7]] * 3)), None
 
 
 def build(directory: pathlib.Path) -> list:

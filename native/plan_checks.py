@@ -7,7 +7,9 @@ file ends in a ``PteFormatError``:
   where the schema says ``int[]``, ...), and as many as it takes;
 - each list holds the kinds it claims (an ``int[]`` refers to ints, ...);
 - every tensor a plan computes into is memory planned (only inputs and outputs, which
-  the caller provides, may not be).
+  the caller provides, may not be);
+- the plan lists its memory-planned buffer sizes (ExecuTorch's writer always lists at
+  least memory id 0; the runtime's Python bindings abort on a plan without the list).
 """
 
 from etmlx.runtime_shim import pte_types as t
@@ -16,6 +18,8 @@ from etmlx.runtime_shim.errors import PteFormatError
 
 def check_program(program: t.Program) -> None:
     for plan in program.plans:
+        if not plan.non_const_buffer_sizes:
+            raise PteFormatError(f"method {plan.name!r}: the plan lists no memory-planned buffer sizes")
         _check_lists(plan)
         _check_kernel_arguments(plan)
         _check_planned(plan)

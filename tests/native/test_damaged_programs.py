@@ -173,3 +173,16 @@ def test_an_integer_operand_where_pytorch_computes_on_floats_only():
     op.x, op.axes, op.ddof = tid(0), [], 28
     with pytest.raises(ValueError, match="variance of a tensor that is not floating-point"):
         HANDLERS["Variance"](op, env)
+
+
+def test_a_plan_without_its_buffer_sizes(pte):
+    """Found by the fuzzer: ExecuTorch's Python bindings abort (an assert) on a plan that
+    lacks ``non_const_buffer_sizes``; native/plan_checks.py refuses it by name first."""
+    from etmlx.runtime_shim.generated.executorch_flatbuffer.Program import Program
+
+    data = bytearray(pte)
+    plan = Program.GetRootAs(data, 0).ExecutionPlan(0)
+    vtable = plan._tab.Pos - struct.unpack_from("<i", data, plan._tab.Pos)[0]
+    struct.pack_into("<H", data, vtable + 20, 0)  # the field's vtable entry: absent
+    with pytest.raises(PteFormatError, match="the plan lists no memory-planned buffer sizes"):
+        etmlx.load(bytes(data), runtime="executorch")
