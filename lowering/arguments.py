@@ -39,10 +39,6 @@ class BoundArguments:
     def get(self, name: str, default: Any = None) -> Any:
         return self._values.get(name, default)
 
-    def names(self) -> tuple:
-        """The operator's argument names, in schema order."""
-        return tuple(self._values)
-
     def __repr__(self) -> str:
         return f"{self._op}({', '.join(f'{k}={v!r}' for k, v in self._values.items())})"
 

@@ -1,14 +1,12 @@
 """State of one delegate's lowering: slots, constants, buffers and emitted nodes."""
 
 import hashlib
-import math
 from typing import Optional, Sequence
 
 import torch
 from torch import fx
 
-from etmlx.serializer.generated.etmlx_ir import Full, Graph, MutableBuffer, NamedTensor, Node, Op, Scalar, Unary, Value
-from etmlx.serializer.generated.etmlx_ir.UnaryOp import UnaryOp
+from etmlx.serializer.generated.etmlx_ir import Graph, MutableBuffer, NamedTensor, Node, Op, Value
 from etmlx.serializer.generated.etmlx_ir.ValueKind import ValueKind
 from etmlx.serializer.ir import IntOrSlotT, TidT, int_or_slot, tid
 
@@ -21,10 +19,6 @@ def constant_key(data: bytes) -> str:
     """Content-addressed key: identical weights share one entry across partitions and
     methods, and two different tensors can never collide on a generated name."""
     return CONSTANT_KEY_PREFIX + hashlib.sha256(data).hexdigest()[:32]
-
-
-def _is_negative_zero(value) -> bool:
-    return isinstance(value, float) and value == 0.0 and math.copysign(1.0, value) < 0
 
 
 class LoweringContext:
@@ -103,8 +97,6 @@ class LoweringContext:
     def emit(self, table, **fields) -> TidT:
         """Appends a node of ``table`` (a generated module, e.g. ``Binary``) and returns the
         slot it writes: a fresh ``out`` tensor slot, or the ``outInt`` passed in."""
-        if table in (Scalar, Full) and _is_negative_zero(fields.get("value")):
-            return self._negated(self.emit(table, **{**fields, "value": 0.0}))
         name = table.__name__.rsplit(".", 1)[-1]
         op = getattr(table, name + "T")()
         if "outInt" not in fields:
@@ -117,12 +109,6 @@ class LoweringContext:
         node.opType, node.op = getattr(Op.Op, name), op
         self.graph.nodes.append(node)
         return fields["outInt"] if "outInt" in fields else fields["out"]
-
-    def _negated(self, zero: TidT) -> TidT:
-        """-0.0 as the negation of +0.0: mx.compile writes a -0.0 literal of the graph
-        into the code it generates as 0 (mlx 0.32), which ``1 / x`` and ``atan2(y, x)``
-        tell apart. (The runtimes pass size-1 constants to the graph for the same reason.)"""
-        return self.emit(Unary, op=UnaryOp.Neg, x=zero)
 
     def add_input(self, node: fx.Node) -> None:
         if isinstance(node.meta.get("val"), torch.SymInt):

@@ -41,14 +41,15 @@ def _(x, shifts, dims):
     return torch.empty_like(x)
 
 
-def dequantize(qdata: torch.Tensor, scale: torch.Tensor, zero_point: Optional[torch.Tensor], group_size: int):
-    """torchao's affine dequantization of a 2-d weight quantized in groups of
-    ``group_size`` along its rows: ``(q - zero_point) * scale`` in the scale's dtype."""
-    rows, columns = qdata.shape
-    grouped = qdata.reshape(rows, columns // group_size, group_size).to(scale.dtype)
-    if zero_point is not None:
-        grouped = grouped - zero_point.reshape(rows, -1, 1).to(scale.dtype)
-    return (grouped * scale.reshape(rows, -1, 1)).reshape(rows, columns)
+def _dequantize(qdata, scale, zero_point, group_size: int, bits: int) -> torch.Tensor:
+    """The weight as torchao's own ``dequantize_affine`` computes it: signed ``bits``-bit
+    values in int8, one scale (and zero point) per ``group_size`` values of a row."""
+    import torchao  # noqa: F401  (registers torch.ops.torchao)
+
+    low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    return torch.ops.torchao.dequantize_affine(
+        qdata, [1, group_size], scale, zero_point, torch.int8, low, high, output_dtype=scale.dtype
+    )
 
 
 @torch.library.custom_op("etmlx::quantized_linear", mutates_args=())
@@ -63,7 +64,7 @@ def quantized_linear(
 ) -> torch.Tensor:
     """``linear(x, dequantize_affine(qdata, ...), bias)`` with weights quantized to
     ``bits`` bits (``qdata`` holds them signed, in int8) per group of ``group_size``."""
-    return F.linear(x, dequantize(qdata, scale, zero_point, group_size).to(x.dtype), bias)
+    return F.linear(x, _dequantize(qdata, scale, zero_point, group_size, bits).to(x.dtype), bias)
 
 
 @quantized_linear.register_fake
@@ -81,7 +82,7 @@ def quantized_embedding(
     bits: int,
 ) -> torch.Tensor:
     """``embedding(dequantize_affine(qdata, ...), indices)``; rows quantized as above."""
-    return F.embedding(indices, dequantize(qdata, scale, zero_point, group_size))
+    return F.embedding(indices, _dequantize(qdata, scale, zero_point, group_size, bits))
 
 
 @quantized_embedding.register_fake

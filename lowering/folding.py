@@ -35,8 +35,13 @@ def fold_constant(ctx: LoweringContext, node: fx.Node) -> bool:
     inputs = node.all_input_nodes
     if not inputs or not all(ctx.is_constant(arg) for arg in inputs):
         return False
+    evaluate_at_export(ctx, node)
+    return True
+
+
+def evaluate_at_export(ctx: LoweringContext, node: fx.Node) -> None:
+    """``node``'s value, computed by PyTorch from its constant inputs, as a constant."""
     args = fx.node.map_arg(node.args, lambda arg: ctx.constant_values[arg])
     kwargs = fx.node.map_arg(node.kwargs, lambda arg: ctx.constant_values[arg])
     with torch.no_grad():
         ctx.constant_values[node] = node.target(*args, **kwargs).contiguous()
-    return True

@@ -14,46 +14,41 @@ import torch
 from torch import fx
 
 from etmlx.lowering.arguments import bind
-from etmlx.lowering.registry import is_frozen_placeholder
-from etmlx.lowering.rules.quantized import bits_of, check_quantized_weight
+from etmlx.lowering.registry import is_frozen_placeholder, op_name
+from etmlx.lowering.rules.common import dtype_of, example_of
+from etmlx.lowering.rules.quantized import bits_of, check_fixed_at_export, check_quantized_weight
 
 DEQUANTIZE = "torchao::dequantize_affine"
 _INNER_TENSOR = "export::access_subclass_inner_tensor"
 
 
-def _name(node) -> str:
-    target = getattr(node, "target", None)
-    return target.name() if hasattr(target, "name") and callable(target.name) else ""
+def _calls(node, name: str) -> bool:
+    return isinstance(node, fx.Node) and node.op == "call_function" and op_name(node.target) == name
 
 
 def _dequantized(weight) -> Optional[fx.Node]:
     """The ``dequantize_affine`` call ``weight`` is, else None."""
-    return weight if isinstance(weight, fx.Node) and _name(weight) == DEQUANTIZE else None
+    return weight if _calls(weight, DEQUANTIZE) else None
 
 
 def _fixed_at_export(node) -> bool:
     """A frozen placeholder (weight, frozen buffer, constant), or an inner tensor of one."""
-    if isinstance(node, fx.Node) and _name(node) == _INNER_TENSOR:
-        node = node.args[0]
-    return is_frozen_placeholder(node)
-
-
-def _val(node):
-    return None if node is None else node.meta["val"]
+    return is_frozen_placeholder(node.args[0] if _calls(node, _INNER_TENSOR) else node)
 
 
 def _check(dequantize: fx.Node, dtype) -> Optional[str]:
     weight = bind(dequantize)
-    parts = [weight.input, weight.scale] + ([] if weight.zero_point is None else [weight.zero_point])
-    if not all(_fixed_at_export(part) for part in parts):
-        return "quantized weights computed at run time (etmlx repacks them at export)"
+    reason = check_fixed_at_export((weight.input, weight.scale, weight.zero_point), _fixed_at_export)
+    if reason:
+        return reason
     if weight.input_dtype != torch.int8 or weight.output_dtype != dtype:
         return f"{weight.input_dtype} storage dequantized to {weight.output_dtype} for {dtype} activations"
     bits = bits_of(weight.quant_min, weight.quant_max)
     if bits is None:
         return f"the quantization range [{weight.quant_min}, {weight.quant_max}] (etmlx takes signed ones)"
     return check_quantized_weight(
-        _val(weight.input), _val(weight.scale), _val(weight.zero_point), weight.block_size, bits, dtype
+        example_of(weight.input), example_of(weight.scale), example_of(weight.zero_point), weight.block_size, bits,
+        dtype,
     )
 
 
@@ -71,7 +66,7 @@ def reads_dequantized_weight(node) -> bool:
 
 def check_linear(node) -> Optional[str]:
     args = bind(node)
-    return _check(args.weight, _val(args.input).dtype)
+    return _check(args.weight, dtype_of(args.input))
 
 
 def rewrite_linear(graph: fx.Graph, node: fx.Node) -> fx.Node:

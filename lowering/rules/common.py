@@ -1,11 +1,12 @@
 """Helpers that several rule families share."""
 
 import operator
+from typing import Optional
 
 import torch
 from torch import fx
 
-from etmlx.serializer.generated.etmlx_ir import AsType, Scalar, SymSize
+from etmlx.serializer.generated.etmlx_ir import AsType, Scalar, SymSize, Take
 from etmlx.serializer.ir import int_or_slot
 
 from ..dtypes import fill_fields, ir_dtype
@@ -18,6 +19,11 @@ def out_dtype(node: fx.Node, index: int = 0) -> torch.dtype:
 
 def dtype_of(arg) -> torch.dtype:
     return arg.meta["val"].dtype
+
+
+def example_of(arg):
+    """A node's example value (a fake tensor), or None for an absent optional argument."""
+    return None if arg is None else arg.meta["val"]
 
 
 def shape_of(arg) -> tuple:
@@ -49,6 +55,14 @@ def as_dtype(ctx, arg, dtype: torch.dtype):
 
 def normalize_axis(axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
+
+
+def reversed_along(ctx, slot, axis: int, size: int, count: Optional[int] = None):
+    """The last ``count`` (default all) of ``size`` elements along ``axis``, last first:
+    a gather with its index built at export."""
+    count = size if count is None else count
+    index = ctx.add_constant(torch.arange(size - 1, size - 1 - count, -1, dtype=torch.int32))
+    return ctx.emit(Take, x=slot, indices=index, axis=axis)
 
 
 def users_use_only_output(node: fx.Node, index: int = 0):

@@ -198,9 +198,9 @@ def _scattered_positions(args):
     size = shape_of(args.self)[normalize_axis(args.dim, rank_of(args.self))]
     if not isinstance(size, int):
         return None
-    if "index" in args.names():
-        index = args.index
-        return [index + size if isinstance(index, int) and index < 0 else index] if isinstance(index, int) else None
+    index = args.get("index")  # select_scatter's; slice_scatter has start, end and step
+    if index is not None:
+        return [index % size] if isinstance(index, int) else None
     bounds = (args.start, args.end, args.step)
     if not all(b is None or isinstance(b, int) for b in bounds):
         return None
@@ -219,7 +219,7 @@ def _lower_scatter_slice(ctx, node, args):
     selects: an IndexPut with those positions as a constant index array."""
     x, axis = args.self, normalize_axis(args.dim, rank_of(args.self))
     values = ctx.tensor(args.src)
-    if "index" in args.names():  # select_scatter: src lacks the selected dim
+    if args.get("index") is not None:  # select_scatter: src lacks the selected dim
         values = ctx.emit(ExpandDims, x=values, axes=[axis])
     positions = ctx.add_constant(torch.tensor(_scattered_positions(args), dtype=torch.int32))
     out = ctx.emit(IndexPut, x=ctx.tensor(x), indices=[positions], dims=[axis], values=values, accumulate=False)

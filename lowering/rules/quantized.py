@@ -22,8 +22,9 @@ from etmlx.serializer.generated.etmlx_ir import Binary, Dequantize, QuantizedMat
 from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
 
 from ..dtypes import FLOATING
+from ..folding import evaluate_at_export
 from ..registry import is_frozen_placeholder, lowers
-from .common import dtype_of
+from .common import dtype_of, example_of
 from .indexing import checked_index
 
 BITS = (2, 4, 8)
@@ -87,20 +88,17 @@ def mlx_layout(qdata, scale, zero_point, group_size: int, bits: int, dtype):
     )
 
 
-def _check_weights_frozen(args) -> Optional[str]:
-    weights = (args.qdata, args.scale) + (() if args.zero_point is None else (args.zero_point,))
-    if not all(is_frozen_placeholder(w) for w in weights):
+def check_fixed_at_export(parts, is_fixed=is_frozen_placeholder) -> Optional[str]:
+    """Why a quantized weight's ``(qdata, scale, zero_point)`` cannot be repacked at
+    export (one computed at run time), or None. ``zero_point`` may be absent."""
+    if not all(is_fixed(part) for part in parts if part is not None):
         return "quantized weights computed at run time (etmlx repacks them at export)"
     return None
 
 
-def _example(node):
-    return None if node is None else node.meta["val"]
-
-
 def _check_layer(args, dtype) -> Optional[str]:
-    return _check_weights_frozen(args) or check_quantized_weight(
-        _example(args.qdata), _example(args.scale), _example(args.zero_point),
+    return check_fixed_at_export((args.qdata, args.scale, args.zero_point)) or check_quantized_weight(
+        example_of(args.qdata), example_of(args.scale), example_of(args.zero_point),
         [1, args.group_size], args.bits, dtype,
     )
 
@@ -141,16 +139,11 @@ def _lower_embedding(ctx, node, args):
 
 
 def _check_dequantize(node, args):
-    tensors = [args.input, args.scale] + ([] if args.zero_point is None else [args.zero_point])
-    if not all(is_frozen_placeholder(t) for t in tensors):
-        return "dequantize_affine of a tensor computed at run time"
-    return None
+    return check_fixed_at_export((args.input, args.scale, args.zero_point))
 
 
 @lowers("torchao::dequantize_affine", check=_check_dequantize)
 def _lower_dequantize(ctx, node, args):
     """A quantized weight MLX's kernels decline, dequantized at export by torchao itself:
     the float weight is what the eager model computes before its layer."""
-    values = torch.fx.node.map_arg((node.args, node.kwargs), lambda arg: ctx.constant_values[arg])
-    with torch.no_grad():
-        ctx.constant_values[node] = node.target(*values[0], **values[1]).contiguous()
+    evaluate_at_export(ctx, node)

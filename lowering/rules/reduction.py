@@ -61,25 +61,28 @@ def _lower_reduce_all(ctx, node, args):
     ctx.bind(node, ctx.emit(Reduce, op=op, x=operand, axes=_axes(x, None), keepdims=False))
 
 
+def _indices(ctx, op, x_slot, axis: int, keepdims: bool):
+    """Where the extremum is (the first one among equals, as in PyTorch), as PyTorch's
+    int64 (MLX's arg-reductions return uint32)."""
+    found = ctx.emit(ArgReduce, op=op, x=x_slot, axis=axis, keepdims=keepdims)
+    return ctx.emit(AsType, x=found, dtype=ir_dtype(torch.int64))
+
+
 @lowers("aten::argmax", "aten::argmin")
 def _lower_argreduce(ctx, node, args):
     """Without ``dim``: the index into the flattened tensor (keepdim: shaped all ones)."""
     x, keepdim = args.self, bool(args.keepdim)
     op = ArgReduceOp.ArgMax if node.target.name() == "aten::argmax" else ArgReduceOp.ArgMin
-    if args.dim is None:
-        flat = ctx.emit(Reshape, x=ctx.tensor(x), shape=[int_or_slot(-1)])
-        out = ctx.emit(ArgReduce, op=op, x=flat, axis=0, keepdims=False)
-        if keepdim:
-            out = ctx.emit(Reshape, x=out, shape=[int_or_slot(1)] * rank_of(x))
-    else:
-        out = ctx.emit(ArgReduce, op=op, x=ctx.tensor(x), axis=normalize_axis(args.dim, rank_of(x)), keepdims=keepdim)
-    ctx.bind(node, ctx.emit(AsType, x=out, dtype=ir_dtype(torch.int64)))  # MLX returns uint32
+    if args.dim is not None:
+        ctx.bind(node, _indices(ctx, op, ctx.tensor(x), normalize_axis(args.dim, rank_of(x)), keepdim))
+        return
+    out = _indices(ctx, op, ctx.emit(Reshape, x=ctx.tensor(x), shape=[int_or_slot(-1)]), 0, False)
+    ctx.bind(node, ctx.emit(Reshape, x=out, shape=[int_or_slot(1)] * rank_of(x)) if keepdim else out)
 
 
 @lowers("aten::max.dim", "aten::min.dim")
 def _lower_max_dim(ctx, node, args):
-    """Values, and the indices where they are (the first one among equals, as in PyTorch),
-    each computed only when used."""
+    """Values and indices, each computed only when used."""
     x, keepdim = args.self, bool(args.keepdim)
     axis = normalize_axis(args.dim, rank_of(x))
     is_max = node.target.name() == "aten::max.dim"
@@ -89,8 +92,7 @@ def _lower_max_dim(ctx, node, args):
         ctx.bind(node, out, index=0)
     if 1 in used:
         op = ArgReduceOp.ArgMax if is_max else ArgReduceOp.ArgMin
-        indices = ctx.emit(ArgReduce, op=op, x=ctx.tensor(x), axis=axis, keepdims=keepdim)
-        ctx.bind(node, ctx.emit(AsType, x=indices, dtype=ir_dtype(torch.int64)), index=1)
+        ctx.bind(node, _indices(ctx, op, ctx.tensor(x), axis, keepdim), index=1)
 
 
 def _correction(args):

@@ -1,13 +1,11 @@
 """Ops along one axis: running sums, and sorted values."""
 
-import torch
-
-from etmlx.serializer.generated.etmlx_ir import Scan, Slice, Sort, Take
+from etmlx.serializer.generated.etmlx_ir import Scan, Slice, Sort
 from etmlx.serializer.generated.etmlx_ir.ScanOp import ScanOp
 from etmlx.serializer.ir import int_or_slot
 
 from ..registry import lowers
-from .common import as_dtype, normalize_axis, out_dtype, rank_of, shape_of, users_use_only_output
+from .common import as_dtype, normalize_axis, out_dtype, rank_of, reversed_along, shape_of, users_use_only_output
 
 
 @lowers("aten::cumsum")
@@ -35,18 +33,12 @@ def _check_sorted_values(node, args):
     return f"{reason} (PyTorch orders the indices of tied values its own way)" if reason else None
 
 
-def _reversed_positions(ctx, size: int, count: int):
-    """The last ``count`` of ``size`` positions, last first: descending order read off
-    an ascending sort (NaN, which sorts last, then comes first, as in PyTorch)."""
-    return ctx.add_constant(torch.arange(size - 1, size - 1 - count, -1, dtype=torch.int32))
-
-
 @lowers("aten::sort", check=_check_sorted_values)
 def _lower_sort(ctx, node, args):
     axis, size = _axis_and_size(args)
     out = ctx.emit(Sort, x=ctx.tensor(args.self), axis=axis)
-    if args.descending:
-        out = ctx.emit(Take, x=out, indices=_reversed_positions(ctx, size, size), axis=axis)
+    if args.descending:  # the ascending sort read backwards: NaN, sorted last, comes first as in PyTorch
+        out = reversed_along(ctx, out, axis, size)
     ctx.bind(node, out, index=0)
 
 
@@ -63,7 +55,7 @@ def _lower_topk(ctx, node, args):
     axis, size = _axis_and_size(args)
     ascending = ctx.emit(Sort, x=ctx.tensor(args.self), axis=axis)
     if args.largest:
-        out = ctx.emit(Take, x=ascending, indices=_reversed_positions(ctx, size, args.k), axis=axis)
+        out = reversed_along(ctx, ascending, axis, size, args.k)
     else:
         out = ctx.emit(Slice, x=ascending, axis=axis, start=int_or_slot(0), stop=int_or_slot(args.k), step=1)
     ctx.bind(node, out, index=0)

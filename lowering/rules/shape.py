@@ -24,7 +24,7 @@ from etmlx.serializer.ir import int_or_slot
 
 from ..dtypes import ir_dtype
 from ..registry import lowers, op_name
-from .common import as_dtype, dim_size, is_static, normalize_axis, out_dtype, rank_of, shape_of
+from .common import as_dtype, dim_size, is_static, normalize_axis, out_dtype, rank_of, reversed_along, shape_of
 
 INT64_MAX = 2**63 - 1
 
@@ -243,8 +243,7 @@ def _lower_flip(ctx, node, args):
     x, dims = args.self, args.dims
     out = ctx.tensor(x)
     for d in sorted({normalize_axis(d, rank_of(x)) for d in dims}):
-        reversed_index = ctx.add_constant(torch.arange(shape_of(x)[d] - 1, -1, -1, dtype=torch.int32))
-        out = ctx.emit(Take, x=out, indices=reversed_index, axis=d)
+        out = reversed_along(ctx, out, d, shape_of(x)[d])
     ctx.bind(node, out)
 
 

@@ -301,7 +301,7 @@ def test_bitwise_not_and_with_scalars(dtype):
 
 def test_negative_zero_keeps_its_sign():
     """mx.compile writes size-1 constants into its generated code as literals and drops
-    the sign of -0.0: constants reach the graph as arguments, fills of -0.0 as -(+0.0)."""
+    the sign of -0.0: size-1 constants reach the graph as arguments."""
     x = torch.tensor([0.5, -1.5, 0.0, 2.0])
 
     def fn(x):

@@ -11,6 +11,7 @@ from torchao.quantization.granularity import PerAxis, PerGroup
 import etmlx
 import runtimes
 from etmlx.errors import ExportError
+from etmlx.inspection import inspect_program
 from etmlx.quantization import quantized_copy
 from etmlx.runtime_shim.errors import IndexRangeError
 
@@ -127,6 +128,8 @@ def test_export_quantizes_a_copy_for_the_user(tmp_path):
     reference, _ = quantized_copy(model, "int8", None)
     with torch.no_grad():
         assert_close(runtimes.load(result.path).forward(ids), reference(ids))
+    (delegate,) = inspect_program(result.path)["methods"]["forward"]["delegates"]
+    assert delegate["nodes"].count("QuantizedMatmul") == 2 and "Dequantize" in delegate["nodes"]
 
 
 @pytest.mark.parametrize("scheme,group_size,error", [("int3", 64, "quantize='int3'"), ("int4", 48, "group_size=48")])

@@ -133,7 +133,6 @@ def test_unknown_enum_rejected_on_read():
 
 
 def test_every_ir_dtype_has_its_torch_mlx_and_numpy_forms():
-    import mlx.core as mx
     import numpy as np
     import torch
 
