@@ -69,16 +69,26 @@ class MlxDelegate:
 
     def run(self, inputs: list) -> list:
         """Runs the graph on mx arrays (and ints for size inputs); returns evaluated outputs.
-        Raises IndexRangeError, changing no buffer, when a bounds check fails."""
+        Raises IndexRangeError, changing no buffer, when a bounds check fails.
+
+        The checked indices are evaluated first and the buffer updates committed before
+        the rest is: the program state then no longer holds a buffer's old value when
+        its update is computed, so MLX writes the update into the old value's memory (a
+        KV-cache write touches its slots instead of copying the whole cache)."""
         buffers = [self._state[name] for name, _ in self._buffer_slots]
         try:
             outputs, updates, checks = self._compute(list(inputs), buffers, self._literals)
-            mx.eval([o for o in outputs if isinstance(o, mx.array)] + updates + checks)
+            del buffers
+            mx.eval(checks)
         except MLX_ERRORS as error:
             raise ExecutionError(f"MLX delegate failed: {error}") from error
         self._raise_failed_index_check(checks)
         for (name, _), value in zip(self._buffer_updates, updates):
             self._state[name] = value
+        try:
+            mx.eval([o for o in outputs if isinstance(o, mx.array)] + updates)
+        except MLX_ERRORS as error:
+            raise ExecutionError(f"MLX delegate failed: {error}") from error
         return outputs
 
     def _raise_failed_index_check(self, checks: list) -> None:

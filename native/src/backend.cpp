@@ -87,11 +87,13 @@ void run(Delegate& delegate, std::span<et::EValue*> args) {
                       " outputs");
   }
   auto results = delegate.compute(read_inputs(delegate, args));
+  std::vector<mx::array> checks = results.checked_indices;
+  checks.insert(checks.end(), results.checked_sizes.begin(), results.checked_sizes.end());
+  mx::eval(checks);
+  delegate.verify(results);  // throws IndexRangeError before any output or state is written
   const auto outputs = args.subspan(delegate.num_inputs());
   std::vector<PreparedOutput> prepared;
   std::vector<mx::array> to_evaluate = results.buffer_updates;
-  to_evaluate.insert(to_evaluate.end(), results.checked_indices.begin(), results.checked_indices.end());
-  to_evaluate.insert(to_evaluate.end(), results.checked_sizes.begin(), results.checked_sizes.end());
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (const auto* array = std::get_if<mx::array>(&results.outputs[i])) {
       if (!outputs[i]->isTensor()) {
@@ -101,8 +103,11 @@ void run(Delegate& delegate, std::span<et::EValue*> args) {
       to_evaluate.push_back(prepared.back().data);
     }
   }
+  // Committed before evaluation: the state then no longer holds a buffer's old value
+  // when its update is computed, so MLX writes the update into that memory (a KV-cache
+  // write touches its slots instead of copying the whole cache).
+  delegate.commit(std::move(results.buffer_updates));
   mx::eval(to_evaluate);
-  delegate.verify(results);  // throws IndexRangeError before any output or state is written
   size_t next = 0;
   for (size_t i = 0; i < outputs.size(); ++i) {
     if (const auto* size = std::get_if<int64_t>(&results.outputs[i])) {
@@ -112,7 +117,6 @@ void run(Delegate& delegate, std::span<et::EValue*> args) {
       write_output(prepared[next++], tensor);
     }
   }
-  delegate.commit(std::move(results.buffer_updates));
 }
 
 class EtMlxBackend final : public et::BackendInterface {
