@@ -38,7 +38,7 @@ def export(model, path: str, checked: bool) -> int:
     for patch in patches:
         patch.start()
     try:
-        etmlx.export_methods(llm.export_methods(model, max_prompt=len(PROMPT)), path)
+        etmlx.export_methods(llm.export_whole_cache_methods(model, max_prompt=len(PROMPT)), path)
     finally:
         for patch in patches:
             patch.stop()

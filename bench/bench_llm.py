@@ -1,6 +1,8 @@
-"""Tiny Llama generation four ways, in one run: the .pte through etmlx's Python runtime
+"""Tiny Llama generation five ways, in one run: the .pte through etmlx's Python runtime
 and through ExecuTorch's C++ runtime with the native backend (prefill and decode
-methods, KV cache inside the MLX delegate), eager PyTorch (transformers' static cache),
+methods, KV cache inside the MLX delegate, attention over its filled part:
+``etmlx.causal_lm``), the Python runtime on the whole-cache form transformers' export
+wrapper writes, eager PyTorch (transformers' static cache),
 and mlx-lm's llama built from its ModelArgs with the same weights. fp32 activations. Then
 the resident memory of a loaded program against the size of its weights, per runtime.
 
@@ -29,6 +31,7 @@ import torch  # noqa: E402
 from etmlx.runtime_shim.blas import preload_openblas  # noqa: E402
 
 import llm  # noqa: E402
+from etmlx import causal_lm  # noqa: E402
 from etmlx.inspection import inspect_program  # noqa: E402
 from etmlx.quantization import quantized_copy  # noqa: E402
 
@@ -81,19 +84,23 @@ def time_generation(prefill, decode, prompt, new_tokens):
     return best
 
 
-def etmlx_runner(path, runtime="python"):
-    """mx in and out for the Python runtime (its fastest path), torch for ExecuTorch's."""
+def etmlx_runner(path, runtime="python", capacity=None):
+    """mx in and out for the Python runtime (its fastest path), torch for ExecuTorch's.
+    ``capacity``: the cache's, for windowed methods; None for whole-cache ones."""
     program = etmlx.load(path, runtime=runtime)
     if runtime == "python":
         array, arange = (lambda v: mx.array(v, dtype=mx.int64)), (lambda n: mx.arange(n, dtype=mx.int64))
     else:
         array, arange = torch.tensor, torch.arange
 
+    def window(filled):
+        return () if capacity is None else (causal_lm.window(filled, capacity),)
+
     def prefill(prompt):
-        return int(program.prefill(array([prompt]), arange(len(prompt)))[0, -1].argmax())
+        return int(program.prefill(array([prompt]), arange(len(prompt)), *window(len(prompt)))[0, -1].argmax())
 
     def decode(token, position):
-        return int(program.decode(array([[token]]), array([position]))[0, -1].argmax())
+        return int(program.decode(array([[token]]), array([position]), *window(position + 1))[0, -1].argmax())
 
     return prefill, decode
 
@@ -139,7 +146,7 @@ import etmlx, numpy as np
 def rss():
     return int([l for l in open('/proc/self/status') if l.startswith('VmRSS')][0].split()[1]) * 1024
 base = rss(); program = etmlx.load({path!r}, runtime={runtime!r}); loaded = rss()
-program.decode(np.array([[1]], dtype=np.int64), np.array([0], dtype=np.int64)); called = rss()
+program.decode(np.array([[1]], dtype=np.int64), np.array([0], dtype=np.int64), np.zeros(1, bool)); called = rss()
 print(loaded - base, called - base)
 """
     if not os.path.exists("/proc/self/status"):
@@ -165,11 +172,14 @@ def main() -> None:
         exported, _ = quantized_copy(model, args.quantize, args.group_size)
     prompt = list(range(3, 3 + args.prompt))
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "llm.pte")
-        result = etmlx.export_methods(llm.export_methods(exported, max_prompt=max(args.prompt, 2)), path)
+        path, whole_cache = os.path.join(tmp, "llm.pte"), os.path.join(tmp, "whole_cache.pte")
+        max_prompt = max(args.prompt, 2)
+        result = etmlx.export_methods(llm.export_methods(exported, max_prompt), path)
+        etmlx.export_methods(llm.export_whole_cache_methods(exported, max_prompt), whole_cache)
         runs = {
-            "etmlx python": time_generation(*etmlx_runner(path), prompt, args.new_tokens),
-            "etmlx native": time_generation(*etmlx_runner(path, "executorch"), prompt, args.new_tokens),
+            "etmlx python": time_generation(*etmlx_runner(path, capacity=max_cache), prompt, args.new_tokens),
+            "etmlx native": time_generation(*etmlx_runner(path, "executorch", max_cache), prompt, args.new_tokens),
+            "  whole cache": time_generation(*etmlx_runner(whole_cache), prompt, args.new_tokens),
             "eager PyTorch": time_generation(*eager_runner(exported), prompt, args.new_tokens),
             "mlx-lm llama": time_generation(*mlx_lm_runner(model, args.quantize, args.group_size), prompt,
                                             args.new_tokens),
@@ -180,8 +190,10 @@ def main() -> None:
           f"max cache {max_cache}, fp32 activations, weights {args.quantize or 'fp32'}"
           f"{f' (groups of {args.group_size})' if args.quantize else ''}; BLAS: {preload_openblas()}; "
           f"{result.report.summary()}")
-    same = len({tuple(runs[name][2]) for name in ("etmlx python", "etmlx native", "eager PyTorch")}) == 1
-    print(f"greedy tokens of the .pte (both runtimes) identical to eager PyTorch's: {same}; mlx-lm's "
+    same = len({tuple(runs[name][2]) for name in ("etmlx python", "etmlx native", "  whole cache", "eager PyTorch")}) == 1
+    print("etmlx: attention over the filled cache (etmlx.causal_lm); '  whole cache': the Python runtime "
+          "attending over the whole cache (transformers' export wrapper)")
+    print(f"greedy tokens of the .pte (both runtimes, both forms) identical to eager PyTorch's: {same}; mlx-lm's "
           f"{'equal too' if runs['mlx-lm llama'][2] == runs['eager PyTorch'][2] else 'differ'}"
           f"{' (its own quantization)' if args.quantize else ''}")
     base_prefill, base_decode, _ = runs["mlx-lm llama"]

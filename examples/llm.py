@@ -3,7 +3,9 @@
 The model is built from a small config with random weights (nothing is downloaded).
 Its static KV cache is a set of module buffers, written at ``cache_position`` by each
 call; etmlx keeps them inside the MLX delegate, and because the ``prefill`` and
-``decode`` methods name the same buffers, they share one cache at run time.
+``decode`` methods name the same buffers, they share one cache at run time. Each call
+also takes a ``window`` (``etmlx.causal_lm``): attention reads only that many slots of
+the cache, so a step costs what the tokens in the cache cost, not its capacity.
 """
 
 import os
@@ -11,6 +13,8 @@ import warnings
 
 import torch
 from torch.export import Dim
+
+from etmlx import causal_lm
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # built from configs: nothing to download
 
@@ -43,8 +47,14 @@ def tiny_llama(seed: int = 0, max_cache: int = MAX_CACHE, hidden: int = 64, laye
 
 
 def export_methods(model, max_prompt: int = 32) -> dict:
-    """``{"prefill": ..., "decode": ...}`` ExportedPrograms over one static cache.
-    prefill takes 2..max_prompt tokens, decode exactly one."""
+    """``{"prefill": ..., "decode": ...}`` ExportedPrograms over one static cache with
+    windowed attention: each takes ``(input_ids, cache_position, window)``."""
+    return causal_lm.export_methods(model, max_prompt)
+
+
+def export_whole_cache_methods(model, max_prompt: int = 32) -> dict:
+    """The same methods as transformers' own export wrapper writes them, attending over
+    the whole cache at every step: ``(input_ids, cache_position)``."""
     from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
 
     wrapper = TorchExportableModuleForDecoderOnlyLM(model)
@@ -61,16 +71,23 @@ def export_methods(model, max_prompt: int = 32) -> dict:
     return {"prefill": prefill, "decode": decode}
 
 
-def greedy(program, prompt: list, new_tokens: int) -> list:
-    """Greedy generation with a loaded etmlx program: one prefill call, then decode."""
+def greedy(program, prompt: list, new_tokens: int, capacity=MAX_CACHE) -> list:
+    """Greedy generation with a loaded etmlx program: one prefill call, then decode.
+    ``capacity`` is the cache's (the model's ``max_cache``) for methods of
+    ``export_methods``; None for those of ``export_whole_cache_methods``, which take no
+    window."""
+
+    def window(filled):
+        return () if capacity is None else (causal_lm.window(filled, capacity),)
+
     tokens = list(prompt)
-    logits = program.prefill(torch.tensor([prompt]), torch.arange(len(prompt)))
+    logits = program.prefill(torch.tensor([prompt]), torch.arange(len(prompt)), *window(len(prompt)))
     for _ in range(new_tokens):
         tokens.append(int(logits[0, -1].argmax()))
         if len(tokens) == len(prompt) + new_tokens:
             break
         position = len(tokens) - 1
-        logits = program.decode(torch.tensor([[tokens[-1]]]), torch.tensor([position]))
+        logits = program.decode(torch.tensor([[tokens[-1]]]), torch.tensor([position]), *window(position + 1))
     return tokens
 
 

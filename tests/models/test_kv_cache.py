@@ -1,13 +1,23 @@
-"""Generation with a KV cache held inside the MLX delegate, shared by prefill and decode."""
+"""Generation with a KV cache held inside the MLX delegate, shared by prefill and decode
+(methods of ``etmlx.causal_lm``, which take the attention window as a third input)."""
 
 import pytest
 import runtimes
 import torch
 
 import etmlx
+from etmlx.causal_lm import window
 from examples import llm
 
 PROMPT = [5, 17, 42, 8, 99, 3]
+
+
+def prefill(program, prompt):
+    return program.prefill(torch.tensor([prompt]), torch.arange(len(prompt)), window(len(prompt), llm.MAX_CACHE))
+
+
+def decode(program, token, position):
+    return program.decode(torch.tensor([[token]]), torch.tensor([position]), window(position + 1, llm.MAX_CACHE))
 
 
 @pytest.fixture(scope="module")
@@ -41,13 +51,13 @@ def test_greedy_tokens_equal_eager(exported):
 def test_two_loads_keep_separate_caches(exported):
     _, path, _ = exported
     first, second = runtimes.load(path), runtimes.load(path)
-    fresh = second.prefill(torch.tensor([PROMPT]), torch.arange(len(PROMPT)))
+    fresh = prefill(second, PROMPT)
     # Fill the first program's cache with another prompt, then decode on the second:
-    first.prefill(torch.tensor([[1, 2, 3, 4]]), torch.arange(4))
-    after_other = second.decode(torch.tensor([[7]]), torch.tensor([len(PROMPT)]))
+    prefill(first, [1, 2, 3, 4])
+    after_other = decode(second, 7, len(PROMPT))
     reference = runtimes.load(path)
-    reference.prefill(torch.tensor([PROMPT]), torch.arange(len(PROMPT)))
-    expected = reference.decode(torch.tensor([[7]]), torch.tensor([len(PROMPT)]))
+    prefill(reference, PROMPT)
+    expected = decode(reference, 7, len(PROMPT))
     torch.testing.assert_close(after_other, expected)
     assert fresh.shape == (1, len(PROMPT), 128)
 
@@ -56,9 +66,8 @@ def test_decode_reads_what_prefill_wrote(exported):
     """Decoding after a prefill differs from decoding on an empty cache."""
     _, path, _ = exported
     with_history = runtimes.load(path)
-    with_history.prefill(torch.tensor([PROMPT]), torch.arange(len(PROMPT)))
-    step = (torch.tensor([[7]]), torch.tensor([len(PROMPT)]))
-    assert not torch.allclose(with_history.decode(*step), runtimes.load(path).decode(*step))
+    prefill(with_history, PROMPT)
+    assert not torch.allclose(decode(with_history, 7, len(PROMPT)), decode(runtimes.load(path), 7, len(PROMPT)))
 
 
 def test_generation_runs_without_torch(exported):
@@ -76,8 +85,8 @@ class Block:
 sys.meta_path.insert(0, Block())
 import numpy as np, etmlx
 program = etmlx.load({str(path)!r})
-logits = program.prefill(np.array([[1, 2, 3]]), np.arange(3))
-logits = program.decode(np.array([[4]]), np.array([3]))
+logits = program.prefill(np.array([[1, 2, 3]]), np.arange(3), np.zeros(3, bool))
+logits = program.decode(np.array([[4]]), np.array([3]), np.zeros(4, bool))
 print(logits.shape, "torch" in sys.modules)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -88,8 +97,8 @@ print(logits.shape, "torch" in sys.modules)
 @pytest.mark.parametrize(
     "step, match",
     [
-        (([[128]], [6]), r"^decode: input 'input_ids' holds index 128, out of range for a dimension of size 128"),
-        (([[7]], [64]), r"^decode: an index computed from input 'cache_position' holds index 64, out of range .* 64"),
+        ((128, 6), r"^decode: input 'input_ids' holds index 128, out of range for a dimension of size 128"),
+        ((7, 64), r"^decode: an index computed from input 'cache_position' holds index 64, out of range .* 64"),
     ],
 )
 def test_out_of_range_token_or_position_raises_and_keeps_the_cache(exported, step, match):
@@ -100,8 +109,8 @@ def test_out_of_range_token_or_position_raises_and_keeps_the_cache(exported, ste
     _, path, _ = exported
     program, reference = runtimes.load(path), runtimes.load(path)
     for p in (program, reference):
-        p.prefill(torch.tensor([PROMPT]), torch.arange(len(PROMPT)))
+        prefill(p, PROMPT)
+    token, position = step
     with pytest.raises(IndexRangeError, match=match):
-        program.decode(torch.tensor(step[0]), torch.tensor(step[1]))
-    good = (torch.tensor([[7]]), torch.tensor([len(PROMPT)]))
-    torch.testing.assert_close(program.decode(*good), reference.decode(*good), rtol=0, atol=0)
+        program.decode(torch.tensor([[token]]), torch.tensor([position]), window(len(PROMPT) + 1, llm.MAX_CACHE))
+    torch.testing.assert_close(decode(program, 7, len(PROMPT)), decode(reference, 7, len(PROMPT)), rtol=0, atol=0)

@@ -1,0 +1,72 @@
+"""The module ``etmlx.causal_lm.export_methods`` traces: a Hugging Face causal LM over
+transformers' static KV cache whose attention reads only the first ``window.shape[0]``
+slots of the cache. See ``etmlx.causal_lm`` for why that is exact."""
+
+import contextlib
+
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from .errors import ExportError
+
+ATTENTION = "etmlx_windowed_sdpa"
+
+
+class WindowedCausalLM(torch.nn.Module):
+    """``forward(input_ids, cache_position, window) -> logits``; the cache buffers are
+    transformers' own (``TorchExportableModuleWithStaticCache``), so they carry the same
+    names as in its export."""
+
+    def __init__(self, model, max_cache_len=None):
+        super().__init__()
+        self.cached = TorchExportableModuleWithStaticCache(model, max_cache_len=max_cache_len)
+        self.capacity = self.cached.static_cache.get_max_length()
+
+    def forward(self, input_ids, cache_position, window):
+        tokens = input_ids.shape[1]
+        # Bound-checked by the runtimes: the last slot written must lie inside the window.
+        last = torch.index_select(torch.arange(window.shape[0]), 0, cache_position[:1] + (tokens - 1))
+        start = (last - (tokens - 1)).reshape(())
+        for layer in self.cached.static_cache.layers:
+            layer.cumulative_length.copy_(start)
+        outputs = self.cached.model(
+            input_ids=input_ids, attention_mask=None, past_key_values=self.cached.static_cache,
+            use_cache=True, etmlx_window=window.shape[0],
+        )
+        return outputs.logits
+
+
+def windowed_sdpa(module, query, key, value, attention_mask, etmlx_window=None, **kwargs):
+    """transformers' SDPA attention over the first ``etmlx_window`` slots of the cache."""
+    if etmlx_window is None:
+        raise ExportError("etmlx's windowed attention runs only inside etmlx.causal_lm.export_methods")
+    if attention_mask is None:
+        raise ExportError("windowed attention needs the causal mask over the cache, and the model passed none")
+    # slice_copy, not a view: a view's contiguity would make torch.export specialize on L.
+    key, value = (torch.ops.aten.slice_copy.Tensor(t, 2, 0, etmlx_window) for t in (key, value))
+    attention_mask = torch.ops.aten.slice_copy.Tensor(attention_mask, -1, 0, etmlx_window)
+    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+@contextlib.contextmanager
+def windowed_attention(model):
+    """Routes ``model``'s attention (and the mask it builds) through ``windowed_sdpa``
+    while tracing; the model's own attention setting is restored after."""
+    AttentionInterface.register(ATTENTION, windowed_sdpa)
+    AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+    config = model.config
+    before = config._attn_implementation
+    config._attn_implementation = ATTENTION
+    try:
+        yield
+    finally:
+        config._attn_implementation = before
+
+
+def attends_through_window(program) -> bool:
+    """Whether an exported ``WindowedCausalLM`` sliced its cache: a model that computes
+    attention without transformers' AttentionInterface never calls ``windowed_sdpa``."""
+    return any(node.target is torch.ops.aten.slice_copy.Tensor for node in program.graph.nodes)
