@@ -137,3 +137,4 @@ def test_a_model_that_bypasses_the_attention_interface_is_named(monkeypatch):
     monkeypatch.setattr(interface, "get_interface", lambda *_: modeling_llama.eager_attention_forward)
     with pytest.raises(ExportError, match="LlamaForCausalLM does not call attention through transformers'"):
         causal_lm.export_methods(llm.tiny_llama(), max_prompt=8)
+

@@ -1,0 +1,42 @@
+"""``etmlx.causal_lm`` beyond Llama: other transformers families through the same
+windowed-attention wrapper generate eager PyTorch's greedy tokens."""
+
+import pytest
+import runtimes
+import torch
+
+import etmlx
+from examples import llm
+
+CAPACITY = 512
+PROMPT = [5, 17, 42, 8, 99, 3]
+
+
+def _tiny_causal_lm(family: str):
+    """A 2-layer model of a transformers family with a static cache of CAPACITY slots."""
+    import transformers
+
+    torch.manual_seed(0)
+    if family == "GPT2":
+        config = transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=CAPACITY)
+        model = transformers.GPT2LMHeadModel(config)
+    else:
+        config = getattr(transformers, f"{family}Config")(
+            vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=CAPACITY,
+        )
+        model = getattr(transformers, f"{family}ForCausalLM")(config)
+    model.generation_config = transformers.GenerationConfig(
+        use_cache=True, cache_implementation="static", max_length=CAPACITY,
+        cache_config={"batch_size": 1, "max_cache_len": CAPACITY},
+    )
+    return model.eval()
+
+
+@pytest.mark.parametrize("family", ["Qwen3", "GPT2"])
+def test_other_families_generate_eager_tokens(tmp_path, family):
+    """Qwen3 (q/k norms) and GPT-2 (learned positions, fused qkv) through the same wrapper."""
+    model = _tiny_causal_lm(family)
+    result = etmlx.export_methods(llm.export_methods(model), tmp_path / "lm.pte")
+    assert result.report.fully_delegated
+    assert llm.greedy(runtimes.load(result.path), PROMPT, 12, CAPACITY) == llm.eager_greedy(model, PROMPT, 12)
