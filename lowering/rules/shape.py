@@ -284,6 +284,32 @@ def _lower_edge_pad(ctx, node, args):
     ctx.bind(node, out)
 
 
+def _diagonal_axes(args):
+    rank = rank_of(args.self)
+    return normalize_axis(args.dim1, rank), normalize_axis(args.dim2, rank)
+
+
+def _check_diagonal(node, args):
+    shape = shape_of(args.self)
+    return None if is_static([shape[axis] for axis in _diagonal_axes(args)]) else "diagonal of a dynamic plane"
+
+
+@lowers("aten::diagonal_copy", check=_check_diagonal)
+def _lower_diagonal(ctx, node, args):
+    """The (dim1, dim2) plane moved last and flattened, then a gather of its diagonal at
+    indices computed at export; the diagonal becomes the last dim, as in PyTorch."""
+    x, offset = args.self, args.offset
+    first, second = _diagonal_axes(args)
+    rows, cols = shape_of(x)[first], shape_of(x)[second]
+    row, col = max(0, -offset), max(0, offset)
+    steps = torch.arange(max(0, min(rows - row, cols - col)))
+    others = [axis for axis in range(rank_of(x)) if axis not in (first, second)]
+    moved = ctx.emit(Transpose, x=ctx.tensor(x), perm=others + [first, second])
+    plane = ctx.emit(Reshape, x=moved, shape=[dim_size(ctx, x, axis) for axis in others] + [int_or_slot(rows * cols)])
+    flat = ((steps + row) * cols + steps + col).to(torch.int32)
+    ctx.bind(node, ctx.emit(Take, x=plane, indices=ctx.add_constant(flat), axis=len(others)))
+
+
 def _nearest_scales(args):
     output_size, scale_factors = args.output_size, args.scale_factors
     spatial = shape_of(args.input)[2:]

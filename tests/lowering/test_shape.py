@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.export import Dim
-from ruletest import declined, delegated, dtype_shape_cases, lowered_directly, untested_rules
+from ruletest import FLOATS, declined, delegated, dtype_shape_cases, lowered_directly, untested_rules
 
 aten = torch.ops.aten
 
@@ -251,6 +251,19 @@ def test_reflection_and_replication_padding():
     for pad in pads:
         assert "Take" in lowered_directly(pad, (x,))
     delegated(lambda x: (F.pad(x[0], (1, 2, 4, 0), mode="reflect"), F.pad(x, (2, 0, 0, 1, 1, 1), mode="replicate")), (x,))
+
+
+@pytest.mark.parametrize("dtype,shape", dtype_shape_cases([(4, 6), (3, 4, 5)], [*FLOATS, torch.int32]))
+def test_diagonal(dtype, shape):
+    x = torch.randn(shape).mul(10).to(dtype)
+    diagonals = [lambda x: torch.diagonal(x), lambda x: torch.diagonal(x, 2), lambda x: torch.diagonal(x, -1, -1, 0),
+                 lambda x: torch.diagonal(x, 9)]  # off the plane: empty
+    delegated(lambda x: tuple(d(x) for d in diagonals) + (torch.diagonal(x, 1) * 2,), (x,), nodes=["Take"])
+
+
+def test_diagonal_with_a_dynamic_batch():
+    x = torch.randn(3, 4, 5)
+    delegated(lambda x: torch.diagonal(x, 1, 1, 2) * 2, (x,), dynamic_shapes=({0: Dim("batch", min=1, max=8)},))
 
 
 def test_every_shape_rule_is_tested(whole_file):
