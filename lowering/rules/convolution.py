@@ -127,7 +127,7 @@ def _check_adaptive(node, args):
     return None
 
 
-@lowers("aten::_adaptive_avg_pool2d", check=_check_adaptive)
+@lowers("aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool3d", check=_check_adaptive)
 def _lower_adaptive_avg_pool(ctx, node, args):
     """With evenly dividing sizes adaptive pooling is plain average pooling."""
     kernel = [s // o for s, o in zip(shape_of(args.self)[2:], args.output_size)]

@@ -73,6 +73,15 @@ def delegated(module_or_fn, inputs, nodes=(), exact=None, dynamic_shapes=None, *
     return lowered
 
 
+def declined_reason(module_or_fn, inputs, operator):
+    """Why ``operator`` stays outside MLX, from the report alone: for an operator that
+    ExecuTorch's runtime has no kernel for either, so the program runs nowhere here."""
+    report = lower(_module(module_or_fn).eval(), tuple(inputs)).report
+    entry = report.operators[operator]
+    assert entry.declined and not entry.delegated, report.to_text()
+    return entry.declined[0][1]
+
+
 def declined(module_or_fn, inputs, operator, dynamic_shapes=None):
     """``operator`` stays outside MLX (with a reason in the report), yet the .pte matches
     eager; returns the reason. Compared with torch's default tolerances per dtype, since

@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from ruletest import FLOATS, declined, delegated, lowered_directly, untested_rules
+from ruletest import FLOATS, declined, declined_reason, delegated, lowered_directly, untested_rules
 
 CONVS = [
     # (conv, input shape)
@@ -65,9 +65,12 @@ def test_3d_pooling():
         return (
             F.max_pool3d(x, 2), F.max_pool3d(x, 3, stride=2, padding=1, ceil_mode=True),
             F.avg_pool3d(x, 2), F.avg_pool3d(x, (3, 2, 3), stride=2, padding=1, count_include_pad=False),
+            F.adaptive_avg_pool3d(x[:, :, :4], (2, 3, 7)),
         )
 
     delegated(fn, (x,), nodes=["Max", "Avg"])
+    reason = declined_reason(lambda x: F.adaptive_avg_pool3d(x, 2), (x,), "aten::_adaptive_avg_pool3d")
+    assert "not a multiple of the output size" in reason
     delegated(lambda x: F.max_pool3d(x, 2), (x.bfloat16(),), nodes=["Max"])  # PyTorch has no bf16 avg_pool3d
 
 
