@@ -31,7 +31,6 @@ import torch  # noqa: E402
 from etmlx.runtime_shim.blas import preload_openblas  # noqa: E402
 
 import llm  # noqa: E402
-from etmlx import causal_lm  # noqa: E402
 from etmlx.inspection import inspect_program  # noqa: E402
 from etmlx.quantization import quantized_copy  # noqa: E402
 
@@ -93,14 +92,13 @@ def etmlx_runner(path, runtime="python", capacity=None):
     else:
         array, arange = torch.tensor, torch.arange
 
-    def window(filled):
-        return () if capacity is None else (causal_lm.window(filled, capacity),)
-
     def prefill(prompt):
-        return int(program.prefill(array([prompt]), arange(len(prompt)), *window(len(prompt)))[0, -1].argmax())
+        window = llm.window_inputs(len(prompt), capacity)
+        return int(program.prefill(array([prompt]), arange(len(prompt)), *window)[0, -1].argmax())
 
     def decode(token, position):
-        return int(program.decode(array([[token]]), array([position]), *window(position + 1))[0, -1].argmax())
+        window = llm.window_inputs(position + 1, capacity)
+        return int(program.decode(array([[token]]), array([position]), *window)[0, -1].argmax())
 
     return prefill, decode
 
@@ -190,7 +188,8 @@ def main() -> None:
           f"max cache {max_cache}, fp32 activations, weights {args.quantize or 'fp32'}"
           f"{f' (groups of {args.group_size})' if args.quantize else ''}; BLAS: {preload_openblas()}; "
           f"{result.report.summary()}")
-    same = len({tuple(runs[name][2]) for name in ("etmlx python", "etmlx native", "  whole cache", "eager PyTorch")}) == 1
+    compared = ("etmlx python", "etmlx native", "  whole cache", "eager PyTorch")
+    same = len({tuple(runs[name][2]) for name in compared}) == 1
     print("etmlx: attention over the filled cache (etmlx.causal_lm); '  whole cache': the Python runtime "
           "attending over the whole cache (transformers' export wrapper)")
     print(f"greedy tokens of the .pte (both runtimes, both forms) identical to eager PyTorch's: {same}; mlx-lm's "

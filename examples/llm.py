@@ -71,23 +71,25 @@ def export_whole_cache_methods(model, max_prompt: int = 32) -> dict:
     return {"prefill": prefill, "decode": decode}
 
 
+def window_inputs(filled: int, capacity) -> tuple:
+    """The inputs a call takes after ``input_ids`` and ``cache_position``: the window
+    (``capacity`` is the cache's) for methods of ``export_methods``; none for those of
+    ``export_whole_cache_methods`` (``capacity=None``)."""
+    return () if capacity is None else (causal_lm.window(filled, capacity),)
+
+
 def greedy(program, prompt: list, new_tokens: int, capacity=MAX_CACHE) -> list:
-    """Greedy generation with a loaded etmlx program: one prefill call, then decode.
-    ``capacity`` is the cache's (the model's ``max_cache``) for methods of
-    ``export_methods``; None for those of ``export_whole_cache_methods``, which take no
-    window."""
-
-    def window(filled):
-        return () if capacity is None else (causal_lm.window(filled, capacity),)
-
+    """Greedy generation with a loaded etmlx program: one prefill call, then decode;
+    ``capacity`` as for ``window_inputs``."""
     tokens = list(prompt)
-    logits = program.prefill(torch.tensor([prompt]), torch.arange(len(prompt)), *window(len(prompt)))
+    logits = program.prefill(torch.tensor([prompt]), torch.arange(len(prompt)), *window_inputs(len(prompt), capacity))
     for _ in range(new_tokens):
         tokens.append(int(logits[0, -1].argmax()))
         if len(tokens) == len(prompt) + new_tokens:
             break
         position = len(tokens) - 1
-        logits = program.decode(torch.tensor([[tokens[-1]]]), torch.tensor([position]), *window(position + 1))
+        window = window_inputs(position + 1, capacity)
+        logits = program.decode(torch.tensor([[tokens[-1]]]), torch.tensor([position]), *window)
     return tokens
 
 

@@ -6,6 +6,7 @@ The interpreter is a pure function of (inputs, buffer values), so it runs under
 node (tiny Llama decode, hidden 512: 174 -> 213 tokens/s). ``ETMLX_COMPILE=0`` turns
 it off."""
 
+import contextlib
 import math
 import os
 
@@ -76,19 +77,15 @@ class MlxDelegate:
         its update is computed, so MLX writes the update into the old value's memory (a
         KV-cache write touches its slots instead of copying the whole cache)."""
         buffers = [self._state[name] for name, _ in self._buffer_slots]
-        try:
+        with _mlx_failures_as_execution_errors():
             outputs, updates, checks = self._compute(list(inputs), buffers, self._literals)
-            del buffers
+            del buffers  # from here the state holds the only references to the old values
             mx.eval(checks)
-        except MLX_ERRORS as error:
-            raise ExecutionError(f"MLX delegate failed: {error}") from error
         self._raise_failed_index_check(checks)
         for (name, _), value in zip(self._buffer_updates, updates):
             self._state[name] = value
-        try:
+        with _mlx_failures_as_execution_errors():
             mx.eval([o for o in outputs if isinstance(o, mx.array)] + updates)
-        except MLX_ERRORS as error:
-            raise ExecutionError(f"MLX delegate failed: {error}") from error
         return outputs
 
     def _raise_failed_index_check(self, checks: list) -> None:
@@ -135,6 +132,14 @@ class MlxDelegate:
         outputs = self.run(inputs)
         for target, value in zip(args[self.num_inputs :], outputs):
             target.set_mx(value)
+
+
+@contextlib.contextmanager
+def _mlx_failures_as_execution_errors():
+    try:
+        yield
+    except MLX_ERRORS as error:
+        raise ExecutionError(f"MLX delegate failed: {error}") from error
 
 
 def _within_limit(array: mx.array, op) -> mx.array:

@@ -7,6 +7,7 @@ import torch
 
 import etmlx
 from examples import llm
+from windowing import reads_a_window
 
 CAPACITY = 512
 PROMPT = [5, 17, 42, 8, 99, 3]
@@ -39,4 +40,5 @@ def test_other_families_generate_eager_tokens(tmp_path, family):
     model = _tiny_causal_lm(family)
     result = etmlx.export_methods(llm.export_methods(model), tmp_path / "lm.pte")
     assert result.report.fully_delegated
+    assert reads_a_window(result.path, "decode") and reads_a_window(result.path, "prefill")
     assert llm.greedy(runtimes.load(result.path), PROMPT, 12, CAPACITY) == llm.eager_greedy(model, PROMPT, 12)

@@ -10,6 +10,7 @@ import etmlx
 from etmlx.causal_lm import WINDOW_STEP, window
 from etmlx.inspection import inspect_program
 from examples import llm
+from windowing import reads_a_window, sdpa_operand_slices
 
 CAPACITY = 2 * WINDOW_STEP  # two windows: 256 and 512 slots
 PROMPT = [5, 17, 42, 8, 99, 3]
@@ -26,36 +27,13 @@ def programs(tmp_path_factory):
     return paths
 
 
-def _sdpa_operand_sources(path) -> list:
-    """For each operand (k, v, mask) of each Sdpa in the decode delegate, the first Slice
-    found walking back through the ops that produce it (first input first), or None."""
-    from etmlx.runtime_shim.pte_file import read_pte
-    from etmlx.serializer import deserialize, node_type
-    from etmlx.serializer.ir import TidT, read_operands
-
-    pte = read_pte(path)
-    (plan,) = [p for p in pte.program.plans if p.name == "decode"]
-    graph = deserialize(pte.delegate_data(plan.delegates[0]))
-    producer = {node.op.out.idx: node for node in graph.nodes if getattr(node.op, "out", None) is not None}
-
-    def slice_behind(tid):
-        node = producer.get(tid.idx)
-        while node is not None and node_type(node) != "Slice":
-            tensors = [item for _, item in read_operands(node.op) if isinstance(item, TidT)]
-            node = producer.get(tensors[0].idx) if tensors else None
-        return node
-
-    sdpas = [node.op for node in graph.nodes if node_type(node) == "Sdpa"]
-    return [slice_behind(getattr(op, name)) for op in sdpas for name in ("k", "v", "mask")]
-
-
 def test_keys_values_and_mask_are_sliced_to_the_window_before_attention(programs):
-    """Every Sdpa of the windowed decode reads keys, values and mask through a Slice whose
-    length is a run-time size (the window's); the whole-cache form has none such."""
-    windowed, whole = _sdpa_operand_sources(programs["windowed"]), _sdpa_operand_sources(programs["whole"])
-    assert len(windowed) == len(whole) == 3 * 2
-    assert all(s is not None and s.op.stop.isSlot for s in windowed), windowed
-    assert not any(s is not None and s.op.stop.isSlot for s in whole)
+    """Every Sdpa of the windowed methods reads keys, values and mask through a Slice
+    whose length is a run-time size (the window's); the whole-cache form has none such."""
+    assert len(sdpa_operand_slices(programs["windowed"])) == 3 * 2
+    assert reads_a_window(programs["windowed"], "decode") and reads_a_window(programs["windowed"], "prefill")
+    whole = sdpa_operand_slices(programs["whole"])
+    assert len(whole) == 3 * 2 and not any(s is not None and s.op.stop.isSlot for s in whole)
     for path in programs.values():
         assert inspect_program(path)["methods"]["decode"]["kernels"] == []
 
@@ -98,7 +76,8 @@ def test_a_window_too_short_raises_and_changes_nothing(programs):
     program, reference = runtimes.load(programs["windowed"]), runtimes.load(programs["windowed"])
     for p in (program, reference):
         p.prefill(torch.tensor([PROMPT]), torch.arange(len(PROMPT)), window(len(PROMPT), CAPACITY))
-    with pytest.raises(IndexRangeError, match=r"'cache_position' holds index 300, out of range for a dimension of size 256"):
+    message = r"'cache_position' holds index 300, out of range for a dimension of size 256"
+    with pytest.raises(IndexRangeError, match=message):
         program.decode(torch.tensor([[7]]), torch.tensor([300]), window(WINDOW_STEP, CAPACITY))
     step = (torch.tensor([[7]]), torch.tensor([6]), window(7, CAPACITY))
     torch.testing.assert_close(program.decode(*step), reference.decode(*step), rtol=0, atol=0)
