@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     run = commands.add_parser("run", help="run a .pte on random inputs (or --inputs) and time it")
     run.add_argument("pte")
     run.add_argument("--method", default="forward")
-    run.add_argument("--inputs", help=".npz whose arrays, in order (arr_0, arr_1, ...), are the inputs")
+    run.add_argument("--inputs", help=".npz whose arrays are the inputs, in the order saved (np.savez(f, a, b) or np.savez(f, x=a, y=b))")
     run.add_argument("--iterations", type=int, default=10, help="timed calls after one warm-up call")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--runtime", choices=("python", "executorch"), default="python",
@@ -112,6 +112,15 @@ def _ops(args) -> int:
     return 0
 
 
+def _input_order(names: list) -> list:
+    """The arrays of an .npz in input order: ``np.savez(f, a, b)`` names them arr_0,
+    arr_1, ...; ``np.savez(f, tokens=a, mask=b)`` keeps the order they were passed in."""
+    numbered = [name for name in names if name.startswith("arr_") and name[4:].isdigit()]
+    if numbered and len(numbered) != len(names):
+        raise EtMlxError(f"--inputs: name every array or none (np.savez put them in the order {names})")
+    return sorted(names, key=lambda name: int(name[4:])) if numbered else list(names)
+
+
 def _random_inputs(method: dict, seed: int) -> list:
     import numpy as np
 
@@ -143,7 +152,7 @@ def _run(args) -> int:
     program = load(args.pte, runtime=args.runtime)
     if args.inputs:
         with np.load(args.inputs) as archive:
-            inputs = [archive[f"arr_{i}"] for i in range(len(archive.files))]
+            inputs = [archive[name] for name in _input_order(archive.files)]
     else:
         method = inspect_program(args.pte)["methods"].get(args.method)
         if method is None:

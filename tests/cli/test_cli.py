@@ -53,6 +53,29 @@ def test_run_with_inputs_file(mlp_pte, tmp_path, runtime):
     assert "BLAS:" in result.stdout
 
 
+def test_run_with_a_named_array(mlp_pte, tmp_path):
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, x=np.zeros((4, 64), np.float32))
+    result = etmlx("run", str(mlp_pte), "--inputs", str(inputs), "--iterations", "1")
+    assert result.returncode == 0, result.stderr
+    assert "output 0: float32 (4, 10)" in result.stdout
+
+
+def test_npz_arrays_in_input_order(tmp_path):
+    from etmlx.cli import _input_order
+    from etmlx.errors import EtMlxError
+
+    positional, named = tmp_path / "positional.npz", tmp_path / "named.npz"
+    np.savez(positional, *[np.zeros(1)] * 12)
+    np.savez(named, tokens=np.zeros(1), mask=np.zeros(1), positions=np.zeros(1))
+    with np.load(positional) as archive:
+        assert _input_order(archive.files) == [f"arr_{i}" for i in range(12)]  # arr_10 after arr_9
+    with np.load(named) as archive:
+        assert _input_order(archive.files) == ["tokens", "mask", "positions"]
+    with pytest.raises(EtMlxError, match="name every array or none"):
+        _input_order(["mask", "arr_0"])
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
