@@ -17,9 +17,9 @@ removal (``lowering/passes.py``), and the runtimes' evaluation of constant-only 
 at load.
 """
 
-from . import rms_norm
+from . import rms_norm, rope
 
-LOWERING_FUSIONS = (rms_norm,)
+LOWERING_FUSIONS = (rms_norm, rope)
 
 
 def fuse(ctx, node) -> bool:

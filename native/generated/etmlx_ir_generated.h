@@ -119,6 +119,9 @@ struct ArgReduceBuilder;
 struct Sdpa;
 struct SdpaBuilder;
 
+struct Rope;
+struct RopeBuilder;
+
 struct Roll;
 struct RollBuilder;
 
@@ -227,6 +230,8 @@ inline const ::flatbuffers::TypeTable *SortTypeTable();
 inline const ::flatbuffers::TypeTable *ArgReduceTypeTable();
 
 inline const ::flatbuffers::TypeTable *SdpaTypeTable();
+
+inline const ::flatbuffers::TypeTable *RopeTypeTable();
 
 inline const ::flatbuffers::TypeTable *RollTypeTable();
 
@@ -744,11 +749,12 @@ enum class Op : uint8_t {
   QuantizedMatmul = 39,
   Dequantize = 40,
   Sort = 41,
+  Rope = 42,
   MIN = NONE,
-  MAX = Sort
+  MAX = Rope
 };
 
-inline const Op (&EnumValuesOp())[42] {
+inline const Op (&EnumValuesOp())[43] {
   static const Op values[] = {
     Op::NONE,
     Op::Unary,
@@ -791,13 +797,14 @@ inline const Op (&EnumValuesOp())[42] {
     Op::CheckIndex,
     Op::QuantizedMatmul,
     Op::Dequantize,
-    Op::Sort
+    Op::Sort,
+    Op::Rope
   };
   return values;
 }
 
 inline const char * const *EnumNamesOp() {
-  static const char * const names[43] = {
+  static const char * const names[44] = {
     "NONE",
     "Unary",
     "Binary",
@@ -840,13 +847,14 @@ inline const char * const *EnumNamesOp() {
     "QuantizedMatmul",
     "Dequantize",
     "Sort",
+    "Rope",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameOp(Op e) {
-  if (::flatbuffers::IsOutRange(e, Op::NONE, Op::Sort)) return "";
+  if (::flatbuffers::IsOutRange(e, Op::NONE, Op::Rope)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesOp()[index];
 }
@@ -1017,6 +1025,10 @@ template<> struct OpTraits<etmlx_ir::Dequantize> {
 
 template<> struct OpTraits<etmlx_ir::Sort> {
   static const Op enum_value = Op::Sort;
+};
+
+template<> struct OpTraits<etmlx_ir::Rope> {
+  static const Op enum_value = Op::Rope;
 };
 
 template <bool B = false>
@@ -3896,6 +3908,91 @@ inline ::flatbuffers::Offset<Sdpa> CreateSdpa(
   return builder_.Finish();
 }
 
+struct Rope FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef RopeBuilder Builder;
+  static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
+    return RopeTypeTable();
+  }
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_X = 4,
+    VT_DIMS = 6,
+    VT_OFFSET = 8,
+    VT_FREQS = 10,
+    VT_OUT = 12
+  };
+  const etmlx_ir::Tid *x() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_X);
+  }
+  int32_t dims() const {
+    return GetField<int32_t>(VT_DIMS, 0);
+  }
+  const etmlx_ir::Tid *offset() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_OFFSET);
+  }
+  const etmlx_ir::Tid *freqs() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_FREQS);
+  }
+  const etmlx_ir::Tid *out() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_OUT);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_X, 4) &&
+           VerifyField<int32_t>(verifier, VT_DIMS, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_OFFSET, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_FREQS, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_OUT, 4) &&
+           verifier.EndTable();
+  }
+};
+
+struct RopeBuilder {
+  typedef Rope Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_x(const etmlx_ir::Tid *x) {
+    fbb_.AddStruct(Rope::VT_X, x);
+  }
+  void add_dims(int32_t dims) {
+    fbb_.AddElement<int32_t>(Rope::VT_DIMS, dims, 0);
+  }
+  void add_offset(const etmlx_ir::Tid *offset) {
+    fbb_.AddStruct(Rope::VT_OFFSET, offset);
+  }
+  void add_freqs(const etmlx_ir::Tid *freqs) {
+    fbb_.AddStruct(Rope::VT_FREQS, freqs);
+  }
+  void add_out(const etmlx_ir::Tid *out) {
+    fbb_.AddStruct(Rope::VT_OUT, out);
+  }
+  explicit RopeBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<Rope> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<Rope>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<Rope> CreateRope(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const etmlx_ir::Tid *x = nullptr,
+    int32_t dims = 0,
+    const etmlx_ir::Tid *offset = nullptr,
+    const etmlx_ir::Tid *freqs = nullptr,
+    const etmlx_ir::Tid *out = nullptr) {
+  RopeBuilder builder_(_fbb);
+  builder_.add_out(out);
+  builder_.add_freqs(freqs);
+  builder_.add_offset(offset);
+  builder_.add_dims(dims);
+  builder_.add_x(x);
+  return builder_.Finish();
+}
+
 struct Roll FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef RollBuilder Builder;
   static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
@@ -4833,6 +4930,9 @@ struct Node FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const etmlx_ir::Sort *op_as_Sort() const {
     return op_type() == etmlx_ir::Op::Sort ? static_cast<const etmlx_ir::Sort *>(op()) : nullptr;
   }
+  const etmlx_ir::Rope *op_as_Rope() const {
+    return op_type() == etmlx_ir::Op::Rope ? static_cast<const etmlx_ir::Rope *>(op()) : nullptr;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -5005,6 +5105,10 @@ template<> inline const etmlx_ir::Dequantize *Node::op_as<etmlx_ir::Dequantize>(
 
 template<> inline const etmlx_ir::Sort *Node::op_as<etmlx_ir::Sort>() const {
   return op_as_Sort();
+}
+
+template<> inline const etmlx_ir::Rope *Node::op_as<etmlx_ir::Rope>() const {
+  return op_as_Rope();
 }
 
 struct NodeBuilder {
@@ -5588,6 +5692,10 @@ inline bool VerifyOp(::flatbuffers::VerifierTemplate<B> &verifier, const void *o
       auto ptr = reinterpret_cast<const etmlx_ir::Sort *>(obj);
       return verifier.VerifyTable(ptr);
     }
+    case Op::Rope: {
+      auto ptr = reinterpret_cast<const etmlx_ir::Rope *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
     default: return true;
   }
 }
@@ -5930,7 +6038,8 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     { ::flatbuffers::ET_SEQUENCE, 0, 37 },
     { ::flatbuffers::ET_SEQUENCE, 0, 38 },
     { ::flatbuffers::ET_SEQUENCE, 0, 39 },
-    { ::flatbuffers::ET_SEQUENCE, 0, 40 }
+    { ::flatbuffers::ET_SEQUENCE, 0, 40 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 41 }
   };
   static const ::flatbuffers::TypeFunction type_refs[] = {
     etmlx_ir::UnaryTypeTable,
@@ -5973,7 +6082,8 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     etmlx_ir::CheckIndexTypeTable,
     etmlx_ir::QuantizedMatmulTypeTable,
     etmlx_ir::DequantizeTypeTable,
-    etmlx_ir::SortTypeTable
+    etmlx_ir::SortTypeTable,
+    etmlx_ir::RopeTypeTable
   };
   static const char * const names[] = {
     "NONE",
@@ -6017,10 +6127,11 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     "CheckIndex",
     "QuantizedMatmul",
     "Dequantize",
-    "Sort"
+    "Sort",
+    "Rope"
   };
   static const ::flatbuffers::TypeTable tt = {
-    ::flatbuffers::ST_UNION, 42, type_codes, type_refs, nullptr, nullptr, names
+    ::flatbuffers::ST_UNION, 43, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }
@@ -6826,6 +6937,30 @@ inline const ::flatbuffers::TypeTable *SdpaTypeTable() {
   };
   static const ::flatbuffers::TypeTable tt = {
     ::flatbuffers::ST_TABLE, 8, type_codes, type_refs, nullptr, nullptr, names
+  };
+  return &tt;
+}
+
+inline const ::flatbuffers::TypeTable *RopeTypeTable() {
+  static const ::flatbuffers::TypeCode type_codes[] = {
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_INT, 0, -1 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 }
+  };
+  static const ::flatbuffers::TypeFunction type_refs[] = {
+    etmlx_ir::TidTypeTable
+  };
+  static const char * const names[] = {
+    "x",
+    "dims",
+    "offset",
+    "freqs",
+    "out"
+  };
+  static const ::flatbuffers::TypeTable tt = {
+    ::flatbuffers::ST_TABLE, 5, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }

@@ -6,7 +6,40 @@ def _sdpa(op, env):
     return mx.fast.scaled_dot_product_attention(env.t(op.q), env.t(op.k), env.t(op.v), scale=op.scale, mask=mask)
 
 
+def _rope(op, env):
+    """``mx.fast.rope``, a kernel on a GPU. On the CPU MLX computes it as cosines and
+    sines then products, per node: there the same products are written out here, with the
+    cosines and sines made once for all the Rope nodes at the same positions (the q and k
+    of every layer), which halves its cost."""
+    x, offset, freqs = env.t(op.x), env.t(op.offset), env.t(op.freqs)
+    _check_rope(x, op.dims, offset, freqs)
+    if mx.default_device() != mx.cpu:
+        return mx.fast.rope(x, op.dims, traditional=False, base=None, scale=1.0, offset=offset, freqs=freqs)
+    key = ("rope", op.offset.idx, op.freqs.idx, x.shape[-2], x.dtype)
+    cos, sin = env.shared(key, lambda: _rope_cos_sin(x.shape[-2], offset, freqs, x.dtype))
+    half = op.dims // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return mx.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
+
+
+def _check_rope(x, dims, offset, freqs):
+    if x.ndim < 3 or not mx.issubdtype(x.dtype, mx.floating) or dims != x.shape[-1] or dims % 2:
+        raise ValueError(f"rope over {dims} of a {x.dtype} tensor of shape {x.shape}")
+    if offset.size != 1 or not mx.issubdtype(offset.dtype, mx.integer):
+        raise ValueError(f"rope offset of dtype {offset.dtype} and shape {offset.shape}: expected one integer")
+    if freqs.shape != (dims // 2,) or freqs.dtype != mx.float32:
+        raise ValueError(f"rope frequencies of dtype {freqs.dtype} and shape {freqs.shape}: expected {dims // 2} float32")
+
+
+def _rope_cos_sin(tokens, offset, freqs, dtype):
+    """MLX's own CPU computation of rope's angles (mlx/fast.cpp), in its order."""
+    positions = mx.arange(tokens, dtype=mx.float32) + offset.reshape([]).astype(mx.int32)
+    angles = positions[:, None] * mx.reciprocal(freqs)
+    return mx.cos(angles).astype(dtype), mx.sin(angles).astype(dtype)
+
+
 HANDLERS = {
     "Sdpa": _sdpa,
+    "Rope": _rope,
     "Roll": lambda op, env: mx.roll(env.t(op.x), list(op.shifts), axis=list(op.axes)),
 }

@@ -31,7 +31,7 @@ def fill_value(op) -> mx.array:
 
 
 class Env:
-    __slots__ = ("tensors", "ints", "checks")
+    __slots__ = ("tensors", "ints", "checks", "_shared")
 
     def __init__(self, num_tensors: int, num_ints: int):
         self.tensors = [None] * num_tensors
@@ -39,6 +39,14 @@ class Env:
         # Per CheckIndex run, in node order: (its indices, the size of the axis they
         # index), checked on the host once the call is evaluated.
         self.checks = []
+        self._shared = {}
+
+    def shared(self, key: tuple, make):
+        """What ``make()`` returns, made once per call for ``key``: values several nodes
+        derive alike from the same slots (the angles of Rope nodes at the same positions)."""
+        if key not in self._shared:
+            self._shared[key] = make()
+        return self._shared[key]
 
     def t(self, ref) -> mx.array:
         return self.tensors[ref.idx]

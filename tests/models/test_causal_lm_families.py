@@ -6,6 +6,7 @@ import runtimes
 import torch
 
 import etmlx
+from etmlx.inspection import inspect_program
 from examples import llm
 from windowing import reads_a_window
 
@@ -34,11 +35,15 @@ def _tiny_causal_lm(family: str):
     return model.eval()
 
 
-@pytest.mark.parametrize("family", ["Qwen3", "GPT2"])
-def test_other_families_generate_eager_tokens(tmp_path, family):
-    """Qwen3 (q/k norms) and GPT-2 (learned positions, fused qkv) through the same wrapper."""
+@pytest.mark.parametrize("family, ropes", [("Qwen3", 2 * 2), ("GPT2", 0)])
+def test_other_families_generate_eager_tokens(tmp_path, family, ropes):
+    """Qwen3 (q/k norms, rotary embeddings fused: q and k of each layer) and GPT-2 (learned
+    positions, fused qkv) through the same wrapper."""
     model = _tiny_causal_lm(family)
     result = etmlx.export_methods(llm.export_methods(model), tmp_path / "lm.pte")
     assert result.report.fully_delegated
     assert reads_a_window(result.path, "decode") and reads_a_window(result.path, "prefill")
+    for method in inspect_program(result.path)["methods"].values():
+        nodes = method["delegates"][0]["nodes"]
+        assert nodes.count("Rope") == ropes and "Cos" not in nodes
     assert llm.greedy(runtimes.load(result.path), PROMPT, 12, CAPACITY) == llm.eager_greedy(model, PROMPT, 12)

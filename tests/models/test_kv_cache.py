@@ -40,6 +40,7 @@ def test_both_methods_whole_on_mlx_with_the_cache_inside(exported):
         assert method["kernels"] == []
         assert len(delegate["buffers"]) >= 4  # key and value cache of both layers
         assert "IndexPut" in delegate["nodes"] and "Sdpa" in delegate["nodes"]
+        assert delegate["nodes"].count("Rope") == 2 * 2  # q and k of both layers, fused
 
 
 def test_greedy_tokens_equal_eager(exported):

@@ -186,3 +186,43 @@ def test_a_plan_without_its_buffer_sizes(pte):
     struct.pack_into("<H", data, vtable + 20, 0)  # the field's vtable entry: absent
     with pytest.raises(PteFormatError, match="the plan lists no memory-planned buffer sizes"):
         etmlx.load(bytes(data), runtime="executorch")
+
+
+class _Rotary(torch.nn.Module):
+    """Rotary embeddings as transformers writes them: lowered to one Rope node."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inv_freq", 1 / 10000 ** (torch.arange(0, 8, 2).float() / 8))
+
+    def forward(self, q, start):
+        freqs = (torch.arange(q.shape[-2]) + start)[None, :, None].float() * self.inv_freq
+        angles = torch.cat((freqs, freqs), dim=-1)
+        return q * angles.cos()[:, None] + torch.cat((-q[..., 4:], q[..., :4]), dim=-1) * angles.sin()[:, None]
+
+
+@pytest.mark.parametrize("field, value", [(1, 7), (1, 4), (2, "x"), (3, "x")],
+                         ids=["odd dims", "dims not the last axis", "offset x", "freqs x"])
+def test_a_rope_whose_operands_do_not_fit(field, value):
+    """Rope's dims must be x's last axis (even), its offset one integer, its freqs
+    dims / 2 float32 values: a file that says otherwise fails by name on every runtime
+    (on a GPU MLX's kernel would check the same)."""
+    from etmlx.serializer.generated.etmlx_ir import Rope
+    from etmlx.serializer.generated.etmlx_ir.Op import Op
+
+    q, start = torch.randn(1, 2, 3, 8), torch.tensor([5])
+    data = lower(_Rotary(), (q, start)).pte
+
+    def patch(body, graph):
+        node = next(graph.Nodes(i) for i in range(graph.NodesLength()) if graph.Nodes(i).OpType() == Op.Rope)
+        table, union = Rope.Rope(), node.Op()
+        table.Init(union.Bytes, union.Pos)
+        position = _field_position(table, 4 + 2 * field)
+        if field == 1:
+            struct.pack_into("<i", body, position, value)
+        else:  # a Tid struct: its slot, here x's
+            struct.pack_into("<I", body, position, table.X().Idx())
+
+    for runtime in runtimes.RUNTIMES:
+        with pytest.raises((PteFormatError, ExecutionError), match="rope"):
+            etmlx.load(_patched(data, patch), runtime=runtime).forward(q, start)

@@ -1,4 +1,9 @@
-// Sdpa (MLX's fused attention kernel) and Roll.
+// Sdpa (MLX's fused attention kernel), Rope (its rotary embedding kernel) and Roll.
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
 #include <mlx/fast.h>
 #include <mlx/ops.h>
 
@@ -17,6 +22,56 @@ mx::array sdpa(const etmlx_ir::Sdpa& op, Env& env) {
                                                 op.causal() ? "causal" : "");
 }
 
+void check_rope(const mx::array& x, int dims, const mx::array& offset, const mx::array& freqs) {
+  if (x.ndim() < 3 || !mx::issubdtype(x.dtype(), mx::floating) || dims != x.shape(-1) || dims % 2 != 0) {
+    throw std::invalid_argument("rope over " + std::to_string(dims) + " of a tensor whose last axis has " +
+                                std::to_string(x.ndim() == 0 ? 0 : x.shape(-1)) + " (rank " +
+                                std::to_string(x.ndim()) + ")");
+  }
+  if (offset.size() != 1 || !mx::issubdtype(offset.dtype(), mx::integer)) {
+    throw std::invalid_argument("rope offset: expected one integer");
+  }
+  if (freqs.ndim() != 1 || freqs.shape(0) != dims / 2 || freqs.dtype() != mx::float32) {
+    throw std::invalid_argument("rope frequencies: expected " + std::to_string(dims / 2) + " float32");
+  }
+}
+
+// MLX's own CPU computation of rope's angles (mlx/fast.cpp), in its order.
+std::vector<mx::array> rope_cos_sin(int tokens, const mx::array& offset, const mx::array& freqs, mx::Dtype dtype) {
+  const auto positions = mx::add(mx::arange(tokens, mx::float32), mx::astype(mx::reshape(offset, {}), mx::int32));
+  const auto angles = mx::multiply(mx::expand_dims(positions, 1), mx::reciprocal(freqs));
+  return {mx::astype(mx::cos(angles), dtype), mx::astype(mx::sin(angles), dtype)};
+}
+
+// mx::fast::rope, a kernel on a GPU. On the CPU MLX computes it as cosines and sines
+// then products, per node: there the same products are written out here, with the
+// cosines and sines made once for all the Rope nodes at the same positions (the q and
+// k of every layer), which halves its cost.
+mx::array rope(const etmlx_ir::Rope& op, Env& env) {
+  const auto& x = env.t(op.x());
+  const auto& offset = env.t(op.offset());
+  const auto& freqs = env.t(op.freqs());
+  check_rope(x, op.dims(), offset, freqs);
+  if (mx::default_device() != mx::Device::cpu) {
+    return mx::fast::rope(x, op.dims(), /*traditional=*/false, /*base=*/std::nullopt, /*scale=*/1.0F, offset, freqs);
+  }
+  const int tokens = x.shape(-2);
+  const std::vector<int64_t> key = {op.offset()->idx(), op.freqs()->idx(), tokens, static_cast<int64_t>(x.dtype().val())};
+  const auto& cos_sin = env.shared(key, [&] { return rope_cos_sin(tokens, offset, freqs, x.dtype()); });
+  const auto& cos = cos_sin[0];
+  const auto& sin = cos_sin[1];
+  const int half = op.dims() / 2;
+  auto start = mx::Shape(x.ndim(), 0);
+  auto middle = x.shape();
+  middle.back() = half;
+  auto x1 = mx::slice(x, start, middle);
+  start.back() = half;
+  auto x2 = mx::slice(x, start, x.shape());
+  return mx::concatenate({mx::subtract(mx::multiply(x1, cos), mx::multiply(x2, sin)),
+                          mx::add(mx::multiply(x1, sin), mx::multiply(x2, cos))},
+                         -1);
+}
+
 mx::array roll(const etmlx_ir::Roll& op, Env& env) {
   const auto shifts = ints(op.shifts());
   return mx::roll(env.t(op.x()), mx::Shape(shifts.begin(), shifts.end()), ints(op.axes()));
@@ -26,6 +81,7 @@ mx::array roll(const etmlx_ir::Roll& op, Env& env) {
 
 void register_attention(Registry& r) {
   r.tensor<etmlx_ir::Sdpa, sdpa>();
+  r.tensor<etmlx_ir::Rope, rope>();
   r.tensor<etmlx_ir::Roll, roll>();
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -52,6 +53,17 @@ class Env {
   void add_index_check(mx::array indices, int64_t size) { index_checks_.push_back({std::move(indices), size}); }
   const std::vector<CheckedIndices>& index_checks() const { return index_checks_; }
 
+  // What make() returns, made once per call for `key`: values several nodes derive
+  // alike from the same slots (the angles of Rope nodes at the same positions).
+  template <typename Make>
+  const std::vector<mx::array>& shared(const std::vector<int64_t>& key, Make make) {
+    auto found = shared_.find(key);
+    if (found == shared_.end()) {
+      found = shared_.emplace(key, make()).first;
+    }
+    return found->second;
+  }
+
   static int32_t dim(int64_t value) {
     if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
       throw std::invalid_argument("size " + std::to_string(value) + " does not fit MLX's 32-bit dimensions");
@@ -63,6 +75,7 @@ class Env {
   std::vector<std::optional<mx::array>> tensors_;
   std::vector<int64_t> ints_;
   std::vector<CheckedIndices> index_checks_;
+  std::map<std::vector<int64_t>, std::vector<mx::array>> shared_;
 };
 
 // A vector of int fields as std::vector<int> (MLX's axes and sizes).

@@ -46,6 +46,7 @@ class Op(object):
     QuantizedMatmul = 39
     Dequantize = 40
     Sort = 41
+    Rope = 42
 
 def OpCreator(unionType, table):
     from flatbuffers.table import Table
@@ -174,4 +175,7 @@ def OpCreator(unionType, table):
     if unionType == Op.Sort:
         import etmlx.serializer.generated.etmlx_ir.Sort
         return etmlx.serializer.generated.etmlx_ir.Sort.SortT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op.Rope:
+        import etmlx.serializer.generated.etmlx_ir.Rope
+        return etmlx.serializer.generated.etmlx_ir.Rope.RopeT.InitFromBuf(table.Bytes, table.Pos)
     return None
