@@ -1,7 +1,7 @@
 """The programs the fuzzer mutates: small exported models that between them have every
 part of a .pte a reader must check — static and dynamic shapes, mutable buffers, a
 bounds-checked index input, partial delegation (two payloads around a declined call),
-quantized weights, sorting and scattering."""
+quantized weights, sorting and scattering, rotary embeddings."""
 
 import dataclasses
 import pathlib
@@ -66,6 +66,20 @@ class _SortsAndScatters(torch.nn.Module):
         return ordered.atan2(x.round()), spread.isnan(), torch.div(x, 3, rounding_mode="trunc")
 
 
+class Rotary(torch.nn.Module):
+    """Rotary embeddings as transformers writes them (one Rope node): query rows rotated
+    at positions ``start + arange(T)``."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inv_freq", 1 / 10000 ** (torch.arange(0, 8, 2).float() / 8))
+
+    def forward(self, q, start):
+        freqs = (torch.arange(q.shape[-2]) + start)[None, :, None].float() * self.inv_freq
+        angles = torch.cat((freqs, freqs), dim=-1)
+        return q * angles.cos()[:, None] + torch.cat((-q[..., 4:], q[..., :4]), dim=-1) * angles.sin()[:, None]
+
+
 def _factories():
     mlp, mlp_inputs, _ = models.mlp()
     block, block_inputs, block_dynamic = models.encoder_block_dynamic_seq()
@@ -75,6 +89,7 @@ def _factories():
     yield "partly_delegated", _PartlyDelegated(), (torch.randn(3, 8),), None
     yield "quantized_int4", quantized_copy(_QuantizedLookup(), "int4", 32)[0], (torch.tensor([[1, 5, 15]]),), None
     yield "sorts_and_scatters", _SortsAndScatters(), (torch.randn(3, 6), torch.tensor([[0, 7, 7]] * 3)), None
+    yield "rotary", Rotary(), (torch.randn(1, 2, 3, 8), torch.tensor([5])), None
 
 
 def build(directory: pathlib.Path) -> list:

@@ -11,6 +11,7 @@ import torch
 import etmlx
 from etmlx.runtime_shim.errors import ExecutionError, PteFormatError
 from etmlx.serializer.generated.etmlx_ir import Graph
+from fuzz.corpus import Rotary
 from lowering_harness import lower
 
 HEADER = struct.Struct("<4sIQII")
@@ -188,19 +189,6 @@ def test_a_plan_without_its_buffer_sizes(pte):
         etmlx.load(bytes(data), runtime="executorch")
 
 
-class _Rotary(torch.nn.Module):
-    """Rotary embeddings as transformers writes them: lowered to one Rope node."""
-
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("inv_freq", 1 / 10000 ** (torch.arange(0, 8, 2).float() / 8))
-
-    def forward(self, q, start):
-        freqs = (torch.arange(q.shape[-2]) + start)[None, :, None].float() * self.inv_freq
-        angles = torch.cat((freqs, freqs), dim=-1)
-        return q * angles.cos()[:, None] + torch.cat((-q[..., 4:], q[..., :4]), dim=-1) * angles.sin()[:, None]
-
-
 @pytest.mark.parametrize("field, value", [(1, 7), (1, 4), (2, "x"), (3, "x")],
                          ids=["odd dims", "dims not the last axis", "offset x", "freqs x"])
 def test_a_rope_whose_operands_do_not_fit(field, value):
@@ -211,7 +199,7 @@ def test_a_rope_whose_operands_do_not_fit(field, value):
     from etmlx.serializer.generated.etmlx_ir.Op import Op
 
     q, start = torch.randn(1, 2, 3, 8), torch.tensor([5])
-    data = lower(_Rotary(), (q, start)).pte
+    data = lower(Rotary(), (q, start)).pte
 
     def patch(body, graph):
         node = next(graph.Nodes(i) for i in range(graph.NodesLength()) if graph.Nodes(i).OpType() == Op.Rope)
