@@ -13,12 +13,12 @@ from torch import fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from etmlx.serializer.generated.etmlx_ir import (
-    AsType, BroadcastTo, CheckIndex, ExpandDims, Index, IndexPut, Slice, Take, TakeAlongAxis,
+    AsType, BroadcastTo, CheckIndex, ExpandDims, Full, Index, IndexPut, Slice, Take, TakeAlongAxis,
 )
 from etmlx.serializer.ir import int_or_slot
 
 from ..arguments import bind
-from ..dtypes import ir_dtype
+from ..dtypes import fill_fields, ir_dtype
 from ..registry import lowers, op_name
 from .common import dim_size, dtype_of, is_static, normalize_axis, rank_of, shape_of
 
@@ -162,25 +162,41 @@ def _lower_index_put(ctx, node, args):
     ctx.bind(node, out)
 
 
-def _check_scatter_add(node, args):
-    if rank_of(args.self) == 0 or not is_static(shape_of(args.index)) or not is_static(shape_of(args.src)):
-        return "scatter_add of a 0-d tensor, or with a dynamic index or source shape"
+def _check_scatter(node, args):
+    if rank_of(args.self) == 0 or not is_static(shape_of(args.index)):
+        return f"{op_name(node.target)} of a 0-d tensor, or with a dynamic index shape"
+    if args.get("src") is not None and not is_static(shape_of(args.src)):
+        return f"{op_name(node.target)} with a dynamic source shape"
     return None
 
 
-@lowers("aten::scatter_add", check=_check_scatter_add)
+@lowers("aten::scatter_add", check=_check_scatter)
 def _lower_scatter_add(ctx, node, args):
-    """``self[..., index[i, j], ...] += src[i, j]`` along ``dim``: an accumulating
-    IndexPut whose other dims are indexed by aranges over the index's extent, which is
-    also the block of ``src`` PyTorch reads. (Sums of duplicate positions may round in
-    another order than PyTorch's.)"""
+    """``self[..., index[i, j], ...] += src[i, j]`` along ``dim``. (Sums of duplicate
+    positions may round in another order than PyTorch's.)"""
+    values = ctx.tensor(args.src)
+    for d, (used, available) in enumerate(zip(shape_of(args.index), shape_of(args.src))):
+        if used != available:
+            values = ctx.emit(Slice, x=values, axis=d, start=int_or_slot(0), stop=int_or_slot(used), step=1)
+    ctx.bind(node, _scatter(ctx, args, values, accumulate=True))
+
+
+@lowers("aten::scatter.value", check=_check_scatter)
+def _lower_scatter_value(ctx, node, args):
+    """``self[..., index[i, j], ...] = value`` along ``dim``: exact even where ``index``
+    repeats a position (which PyTorch leaves unspecified for ``scatter.src``), since
+    every write there is the same value."""
+    values = ctx.emit(Full, shape=ctx.sizes(shape_of(args.index)), **fill_fields(args.value, dtype_of(args.self)))
+    ctx.bind(node, _scatter(ctx, args, values, accumulate=False))
+
+
+def _scatter(ctx, args, values, accumulate: bool):
+    """An IndexPut of ``values`` (shaped as ``index``) into ``self`` at ``index`` along
+    ``dim``, the other dims indexed by aranges over the index's extent (the block of
+    ``src`` PyTorch reads)."""
     x, index = args.self, args.index
     rank, axis = rank_of(x), normalize_axis(args.dim, rank_of(x))
     extent = shape_of(index)
-    values = ctx.tensor(args.src)
-    for d, (used, available) in enumerate(zip(extent, shape_of(args.src))):
-        if used != available:
-            values = ctx.emit(Slice, x=values, axis=d, start=int_or_slot(0), stop=int_or_slot(used), step=1)
     slots = []
     for d in range(rank):
         if d == axis:
@@ -188,8 +204,7 @@ def _lower_scatter_add(ctx, node, args):
         else:
             grid = torch.arange(extent[d], dtype=torch.int32).reshape([-1 if e == d else 1 for e in range(rank)])
             slots.append(ctx.add_constant(grid))
-    out = ctx.emit(IndexPut, x=ctx.tensor(x), indices=slots, dims=list(range(rank)), values=values, accumulate=True)
-    ctx.bind(node, out)
+    return ctx.emit(IndexPut, x=ctx.tensor(x), indices=slots, dims=list(range(rank)), values=values, accumulate=accumulate)
 
 
 def _scattered_positions(args):

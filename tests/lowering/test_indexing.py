@@ -129,5 +129,19 @@ def test_scatter_add(dtype):
         lowered.program.forward(x, index + (index == 4), src)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool], ids=str)
+def test_scatter_value(dtype):
+    """Repeated positions included: every write there is the same value."""
+    x = (torch.arange(4 * 5).reshape(4, 5) % 3).to(dtype)
+
+    def fn(x, index):
+        return x.scatter(1, index, 1), x.scatter(0, index[:, :2] % 4, -2.5 if dtype.is_floating_point else 0)
+
+    index = torch.tensor([[0, 4, 4], [1, 1, 1], [3, 2, 0]])
+    lowered = delegated(fn, (x, index), nodes=["IndexPut", "CheckIndex"])
+    with pytest.raises(IndexError, match="holds index 5"):
+        lowered.program.forward(x, index + (index == 4))
+
+
 def test_every_indexing_rule_is_tested(whole_file):
     assert untested_rules("indexing") == set()
