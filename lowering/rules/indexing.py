@@ -13,8 +13,11 @@ from torch import fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from etmlx.serializer.generated.etmlx_ir import (
-    AsType, BroadcastTo, CheckIndex, ExpandDims, Full, Index, IndexPut, Slice, Take, TakeAlongAxis,
+    AsType, Binary, BroadcastTo, CheckIndex, ExpandDims, Full, Index, IndexPut, Slice, Take, TakeAlongAxis, Unary, Where,
 )
+from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
+from etmlx.serializer.generated.etmlx_ir.ScatterReduce import ScatterReduce
+from etmlx.serializer.generated.etmlx_ir.UnaryOp import UnaryOp
 from etmlx.serializer.ir import int_or_slot
 
 from ..arguments import bind
@@ -174,11 +177,7 @@ def _check_scatter(node, args):
 def _lower_scatter_add(ctx, node, args):
     """``self[..., index[i, j], ...] += src[i, j]`` along ``dim``. (Sums of duplicate
     positions may round in another order than PyTorch's.)"""
-    values = ctx.tensor(args.src)
-    for d, (used, available) in enumerate(zip(shape_of(args.index), shape_of(args.src))):
-        if used != available:
-            values = ctx.emit(Slice, x=values, axis=d, start=int_or_slot(0), stop=int_or_slot(used), step=1)
-    ctx.bind(node, _scatter(ctx, args, values, accumulate=True))
+    ctx.bind(node, _scatter(ctx, args, _source_block(ctx, args), ctx.tensor(args.self), accumulate=True))
 
 
 @lowers("aten::scatter.value", check=_check_scatter)
@@ -186,14 +185,78 @@ def _lower_scatter_value(ctx, node, args):
     """``self[..., index[i, j], ...] = value`` along ``dim``: exact even where ``index``
     repeats a position (which PyTorch leaves unspecified for ``scatter.src``), since
     every write there is the same value."""
-    values = ctx.emit(Full, shape=ctx.sizes(shape_of(args.index)), **fill_fields(args.value, dtype_of(args.self)))
-    ctx.bind(node, _scatter(ctx, args, values, accumulate=False))
+    ctx.bind(node, _scatter(ctx, args, _filled(ctx, args, args.value), ctx.tensor(args.self)))
 
 
-def _scatter(ctx, args, values, accumulate: bool):
-    """An IndexPut of ``values`` (shaped as ``index``) into ``self`` at ``index`` along
-    ``dim``, the other dims indexed by aranges over the index's extent (the block of
-    ``src`` PyTorch reads)."""
+_REDUCTIONS = {"sum": ScatterReduce.None_, "mean": ScatterReduce.None_, "prod": ScatterReduce.Multiply, "amax": ScatterReduce.Maximum,
+               "amin": ScatterReduce.Minimum}
+
+
+def _check_scatter_reduce(node, args):
+    if args.reduce not in _REDUCTIONS:
+        return f"scatter_reduce with reduce={args.reduce!r}"
+    if dtype_of(args.self) == torch.bool:
+        return "scatter_reduce of booleans"
+    return _check_scatter(node, args)
+
+
+@lowers("aten::scatter_reduce.two", check=_check_scatter_reduce)
+def _lower_scatter_reduce(ctx, node, args):
+    """``src`` combined into ``self`` at ``index`` by a sum, product, mean, max or min,
+    ``self``'s own element included or not (``include_self``). Without it, a position
+    written starts from 0 (sum, mean) or 1 (prod), or from one of its own values (max,
+    min: taking one twice changes nothing). MLX's scatter-max/min keep a number over a
+    NaN already there; PyTorch's give NaN, which is put back where a NaN took part. The
+    mean divides by the count of values combined (at least 1), flooring integers as
+    PyTorch does. (Sums and products of repeated positions may round in another order.)"""
+    values, reduce, x = _source_block(ctx, args), args.reduce, ctx.tensor(args.self)
+    if not args.include_self:
+        start = values if reduce in ("amax", "amin") else _filled(ctx, args, 1 if reduce == "prod" else 0)
+        x = _scatter(ctx, args, start, x)
+    combined = _scatter(ctx, args, values, x, accumulate=reduce in ("sum", "mean"), reduce=_REDUCTIONS[reduce])
+    dtype = dtype_of(args.self)
+    if reduce in ("amax", "amin") and dtype.is_floating_point:
+        combined = _with_nans(ctx, args, values, combined)
+    if reduce == "mean":
+        no_counts = ctx.emit(Full, shape=ctx.sizes(shape_of(args.self)), **fill_fields(int(args.include_self), dtype))
+        counts = _scatter(ctx, args, _filled(ctx, args, 1), no_counts, accumulate=True)
+        counts = ctx.emit(Binary, op=BinaryOp.Maximum, a=counts, b=ctx.emit(Full, shape=[], **fill_fields(1, dtype)))
+        divide = BinaryOp.Div if dtype.is_floating_point else BinaryOp.FloorDivide
+        combined = ctx.emit(Binary, op=divide, a=combined, b=counts)
+    ctx.bind(node, combined)
+
+
+def _with_nans(ctx, args, values, combined):
+    """``combined`` with NaN wherever a NaN of ``values`` landed, or (``include_self``)
+    where ``self`` holds one."""
+    landed = ctx.emit(AsType, x=ctx.emit(Unary, op=UnaryOp.IsNan, x=values), dtype=ir_dtype(torch.int32))
+    nowhere = ctx.emit(Full, shape=ctx.sizes(shape_of(args.self)), **fill_fields(0, torch.int32))
+    hit = _scatter(ctx, args, landed, nowhere, reduce=ScatterReduce.Maximum)
+    nan = ctx.emit(AsType, x=hit, dtype=ir_dtype(torch.bool))
+    if args.include_self:
+        nan = ctx.emit(Binary, op=BinaryOp.LogicalOr, a=nan, b=ctx.emit(Unary, op=UnaryOp.IsNan, x=ctx.tensor(args.self)))
+    not_a_number = ctx.emit(Full, shape=[], **fill_fields(float("nan"), dtype_of(args.self)))
+    return ctx.emit(Where, cond=nan, a=not_a_number, b=combined)
+
+
+def _source_block(ctx, args):
+    """The block of ``src`` PyTorch reads: the index's extent, which may be smaller."""
+    values = ctx.tensor(args.src)
+    for d, (used, available) in enumerate(zip(shape_of(args.index), shape_of(args.src))):
+        if used != available:
+            values = ctx.emit(Slice, x=values, axis=d, start=int_or_slot(0), stop=int_or_slot(used), step=1)
+    return values
+
+
+def _filled(ctx, args, value):
+    """``value`` in ``self``'s dtype, shaped as ``index``."""
+    return ctx.emit(Full, shape=ctx.sizes(shape_of(args.index)), **fill_fields(value, dtype_of(args.self)))
+
+
+def _scatter(ctx, args, values, into, accumulate: bool = False, reduce=ScatterReduce.None_):
+    """An IndexPut of ``values`` (shaped as ``index``) into ``into`` (shaped as
+    ``self``) at ``index`` along ``dim``, the other dims indexed by aranges over the
+    index's extent; one bounds check for every scatter at this index."""
     x, index = args.self, args.index
     rank, axis = rank_of(x), normalize_axis(args.dim, rank_of(x))
     extent = shape_of(index)
@@ -203,8 +266,10 @@ def _scatter(ctx, args, values, accumulate: bool):
             slots.append(checked_index(ctx, index, x, axis, wraps=False))  # PyTorch rejects negative ones
         else:
             grid = torch.arange(extent[d], dtype=torch.int32).reshape([-1 if e == d else 1 for e in range(rank)])
-            slots.append(ctx.add_constant(grid))
-    return ctx.emit(IndexPut, x=ctx.tensor(x), indices=slots, dims=list(range(rank)), values=values, accumulate=accumulate)
+            slots.append(ctx.once(("scatter grid", extent, d), lambda: ctx.add_constant(grid)))
+    return ctx.emit(
+        IndexPut, x=into, indices=slots, dims=list(range(rank)), values=values, accumulate=accumulate, reduce=reduce
+    )
 
 
 def _scattered_positions(args):

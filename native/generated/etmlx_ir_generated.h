@@ -535,6 +535,42 @@ inline const char *EnumNameBinaryOp(BinaryOp e) {
   return EnumNamesBinaryOp()[index];
 }
 
+enum class ScatterReduce : int8_t {
+  None = 0,
+  Multiply = 1,
+  Maximum = 2,
+  Minimum = 3,
+  MIN = None,
+  MAX = Minimum
+};
+
+inline const ScatterReduce (&EnumValuesScatterReduce())[4] {
+  static const ScatterReduce values[] = {
+    ScatterReduce::None,
+    ScatterReduce::Multiply,
+    ScatterReduce::Maximum,
+    ScatterReduce::Minimum
+  };
+  return values;
+}
+
+inline const char * const *EnumNamesScatterReduce() {
+  static const char * const names[5] = {
+    "None",
+    "Multiply",
+    "Maximum",
+    "Minimum",
+    nullptr
+  };
+  return names;
+}
+
+inline const char *EnumNameScatterReduce(ScatterReduce e) {
+  if (::flatbuffers::IsOutRange(e, ScatterReduce::None, ScatterReduce::Minimum)) return "";
+  const size_t index = static_cast<size_t>(e);
+  return EnumNamesScatterReduce()[index];
+}
+
 enum class ReduceOp : int8_t {
   Sum = 0,
   Mean = 1,
@@ -2953,7 +2989,8 @@ struct IndexPut FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_DIMS = 8,
     VT_VALUES = 10,
     VT_ACCUMULATE = 12,
-    VT_OUT = 14
+    VT_OUT = 14,
+    VT_REDUCE = 16
   };
   const etmlx_ir::Tid *x() const {
     return GetStruct<const etmlx_ir::Tid *>(VT_X);
@@ -2973,6 +3010,9 @@ struct IndexPut FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const etmlx_ir::Tid *out() const {
     return GetStruct<const etmlx_ir::Tid *>(VT_OUT);
   }
+  etmlx_ir::ScatterReduce reduce() const {
+    return static_cast<etmlx_ir::ScatterReduce>(GetField<int8_t>(VT_REDUCE, 0));
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -2984,6 +3024,7 @@ struct IndexPut FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyField<etmlx_ir::Tid>(verifier, VT_VALUES, 4) &&
            VerifyField<uint8_t>(verifier, VT_ACCUMULATE, 1) &&
            VerifyField<etmlx_ir::Tid>(verifier, VT_OUT, 4) &&
+           VerifyField<int8_t>(verifier, VT_REDUCE, 1) &&
            verifier.EndTable();
   }
 };
@@ -3010,6 +3051,9 @@ struct IndexPutBuilder {
   void add_out(const etmlx_ir::Tid *out) {
     fbb_.AddStruct(IndexPut::VT_OUT, out);
   }
+  void add_reduce(etmlx_ir::ScatterReduce reduce) {
+    fbb_.AddElement<int8_t>(IndexPut::VT_REDUCE, static_cast<int8_t>(reduce), 0);
+  }
   explicit IndexPutBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -3028,13 +3072,15 @@ inline ::flatbuffers::Offset<IndexPut> CreateIndexPut(
     ::flatbuffers::Offset<::flatbuffers::Vector<int32_t>> dims = 0,
     const etmlx_ir::Tid *values = nullptr,
     bool accumulate = false,
-    const etmlx_ir::Tid *out = nullptr) {
+    const etmlx_ir::Tid *out = nullptr,
+    etmlx_ir::ScatterReduce reduce = etmlx_ir::ScatterReduce::None) {
   IndexPutBuilder builder_(_fbb);
   builder_.add_out(out);
   builder_.add_values(values);
   builder_.add_dims(dims);
   builder_.add_indices(indices);
   builder_.add_x(x);
+  builder_.add_reduce(reduce);
   builder_.add_accumulate(accumulate);
   return builder_.Finish();
 }
@@ -3046,7 +3092,8 @@ inline ::flatbuffers::Offset<IndexPut> CreateIndexPutDirect(
     const std::vector<int32_t> *dims = nullptr,
     const etmlx_ir::Tid *values = nullptr,
     bool accumulate = false,
-    const etmlx_ir::Tid *out = nullptr) {
+    const etmlx_ir::Tid *out = nullptr,
+    etmlx_ir::ScatterReduce reduce = etmlx_ir::ScatterReduce::None) {
   auto indices__ = indices ? _fbb.CreateVectorOfStructs<etmlx_ir::Tid>(*indices) : 0;
   auto dims__ = dims ? _fbb.CreateVector<int32_t>(*dims) : 0;
   return etmlx_ir::CreateIndexPut(
@@ -3056,7 +3103,8 @@ inline ::flatbuffers::Offset<IndexPut> CreateIndexPutDirect(
       dims__,
       values,
       accumulate,
-      out);
+      out,
+      reduce);
 }
 
 struct CheckIndex FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
@@ -5891,6 +5939,28 @@ inline const ::flatbuffers::TypeTable *BinaryOpTypeTable() {
   return &tt;
 }
 
+inline const ::flatbuffers::TypeTable *ScatterReduceTypeTable() {
+  static const ::flatbuffers::TypeCode type_codes[] = {
+    { ::flatbuffers::ET_CHAR, 0, 0 },
+    { ::flatbuffers::ET_CHAR, 0, 0 },
+    { ::flatbuffers::ET_CHAR, 0, 0 },
+    { ::flatbuffers::ET_CHAR, 0, 0 }
+  };
+  static const ::flatbuffers::TypeFunction type_refs[] = {
+    etmlx_ir::ScatterReduceTypeTable
+  };
+  static const char * const names[] = {
+    "None",
+    "Multiply",
+    "Maximum",
+    "Minimum"
+  };
+  static const ::flatbuffers::TypeTable tt = {
+    ::flatbuffers::ST_ENUM, 4, type_codes, type_refs, nullptr, nullptr, names
+  };
+  return &tt;
+}
+
 inline const ::flatbuffers::TypeTable *ReduceOpTypeTable() {
   static const ::flatbuffers::TypeCode type_codes[] = {
     { ::flatbuffers::ET_CHAR, 0, 0 },
@@ -6696,10 +6766,12 @@ inline const ::flatbuffers::TypeTable *IndexPutTypeTable() {
     { ::flatbuffers::ET_INT, 1, -1 },
     { ::flatbuffers::ET_SEQUENCE, 0, 0 },
     { ::flatbuffers::ET_BOOL, 0, -1 },
-    { ::flatbuffers::ET_SEQUENCE, 0, 0 }
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_CHAR, 0, 1 }
   };
   static const ::flatbuffers::TypeFunction type_refs[] = {
-    etmlx_ir::TidTypeTable
+    etmlx_ir::TidTypeTable,
+    etmlx_ir::ScatterReduceTypeTable
   };
   static const char * const names[] = {
     "x",
@@ -6707,10 +6779,11 @@ inline const ::flatbuffers::TypeTable *IndexPutTypeTable() {
     "dims",
     "values",
     "accumulate",
-    "out"
+    "out",
+    "reduce"
   };
   static const ::flatbuffers::TypeTable tt = {
-    ::flatbuffers::ST_TABLE, 6, type_codes, type_refs, nullptr, nullptr, names
+    ::flatbuffers::ST_TABLE, 7, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }

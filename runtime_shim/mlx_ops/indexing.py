@@ -11,6 +11,8 @@ only keeps a damaged or crafted payload from reading out of bounds.
 import mlx.core as mx
 import numpy as np
 
+from etmlx.serializer.generated.etmlx_ir.ScatterReduce import ScatterReduce
+
 from ..errors import IndexRangeError
 
 
@@ -55,8 +57,15 @@ def _take_along_axis(op, env):
     return mx.take_along_axis(x, _in_bounds(env.t(op.indices), _axis_size(x, op.axis)), axis=op.axis)
 
 
+_REDUCTIONS = {ScatterReduce.Multiply: "multiply", ScatterReduce.Maximum: "maximum", ScatterReduce.Minimum: "minimum"}
+
+
 def _index_put(op, env):
     x, key, values = env.t(op.x), _key(op, env), env.t(op.values)
+    if op.reduce != ScatterReduce.None_:
+        if op.accumulate:
+            raise ValueError("an IndexPut that both accumulates and reduces")
+        return getattr(x.at[key], _REDUCTIONS[op.reduce])(values)
     if op.accumulate:
         return x.at[key].add(values)
     out = mx.array(x)  # a new array: assigning to it leaves x (maybe a buffer's old state) alone

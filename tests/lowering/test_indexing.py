@@ -143,5 +143,25 @@ def test_scatter_value(dtype):
         lowered.program.forward(x, index + (index == 4))
 
 
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64], ids=str)
+def test_scatter_reduce(reduce, dtype):
+    """With and without self's own elements, repeated positions, an index smaller than
+    src, and (floats) NaNs in self and in src, which PyTorch's max and min propagate."""
+    x = (torch.arange(4 * 5).reshape(4, 5) % 7 - 3).to(dtype)
+    src = (torch.arange(3 * 6).reshape(3, 6) % 5 - 2).to(dtype)
+    if dtype.is_floating_point:
+        x[0, 1], src[1, 0] = float("nan"), float("nan")  # src[1, 0] lands on x[1, 1]
+
+    def fn(x, index, src):
+        return (x.scatter_reduce(1, index, src, reduce), x.scatter_reduce(1, index, src, reduce, include_self=False),
+                x.scatter_reduce(0, index[:, :2] % 4, src, reduce, include_self=False))
+
+    index = torch.tensor([[0, 1, 1], [1, 1, 1], [3, 2, 0]])
+    lowered = delegated(fn, (x, index, src), nodes=["IndexPut"])
+    with pytest.raises(IndexError, match="holds index 5"):
+        lowered.program.forward(x, index + 4 * (index == 1), src)
+
+
 def test_every_indexing_rule_is_tested(whole_file):
     assert untested_rules("indexing") == set()

@@ -10,9 +10,12 @@
 // out-of-range index as PyTorch would; the clamp keeps a damaged or crafted
 // payload from reading out of bounds.
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <mlx/ops.h>
 
@@ -158,7 +161,28 @@ mx::array squeeze_leading_ones(const mx::array& x) {
   return mx::squeeze(x, leading_axes(count));
 }
 
+using etmlx_ir::ScatterReduce;
+using ScatterFn = mx::array (*)(const mx::array&, const std::vector<mx::array>&, const mx::array&,
+                                const std::vector<int>&);
+
+// How IndexPut combines values with x when it does not accumulate: `x[key] = values`
+// as mlx's Python binding writes it, or `x.at[key].multiply(values)` and the like.
+constexpr std::array<std::pair<ScatterReduce, ScatterFn>, 4> kScatter = {{
+    {ScatterReduce::None, [](const mx::array& x, const std::vector<mx::array>& indices, const mx::array& values,
+                             const std::vector<int>& axes) { return mx::scatter(x, indices, values, axes); }},
+    {ScatterReduce::Multiply, [](const mx::array& x, const std::vector<mx::array>& indices, const mx::array& values,
+                                 const std::vector<int>& axes) { return mx::scatter_prod(x, indices, values, axes); }},
+    {ScatterReduce::Maximum, [](const mx::array& x, const std::vector<mx::array>& indices, const mx::array& values,
+                                const std::vector<int>& axes) { return mx::scatter_max(x, indices, values, axes); }},
+    {ScatterReduce::Minimum, [](const mx::array& x, const std::vector<mx::array>& indices, const mx::array& values,
+                                const std::vector<int>& axes) { return mx::scatter_min(x, indices, values, axes); }},
+}};
+static_assert(covers_enum(kScatter), "every ScatterReduce needs a handler, in enum order");
+
 mx::array index_put(const etmlx_ir::IndexPut& op, Env& env) {
+  if (op.accumulate() && op.reduce() != ScatterReduce::None) {
+    throw std::invalid_argument("an IndexPut that both accumulates and reduces");
+  }
   const auto& x = env.t(op.x());
   const auto key = advanced_key(op, x, env, 1);
   auto target = key.index_shape;
@@ -170,7 +194,10 @@ mx::array index_put(const etmlx_ir::IndexPut& op, Env& env) {
   update_shape.insert(update_shape.end(), rest.begin(), rest.end());
   values = mx::reshape(values, update_shape);
   const auto axes = leading_axes(key.num_dims);
-  return op.accumulate() ? mx::scatter_add(x, key.indices, values, axes) : mx::scatter(x, key.indices, values, axes);
+  if (op.accumulate()) {
+    return mx::scatter_add(x, key.indices, values, axes);
+  }
+  return kScatter[static_cast<size_t>(op.reduce())].second(x, key.indices, values, axes);
 }
 
 // Passes the indices on, and records them with their bound for the host-side

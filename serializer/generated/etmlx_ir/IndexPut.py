@@ -116,8 +116,15 @@ class IndexPut(object):
             return obj
         return None
 
+    # IndexPut
+    def Reduce(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int8Flags, o + self._tab.Pos)
+        return 0
+
 def IndexPutStart(builder):
-    builder.StartObject(6)
+    builder.StartObject(7)
 
 def Start(builder):
     IndexPutStart(builder)
@@ -170,6 +177,12 @@ def IndexPutAddOut(builder, out):
 def AddOut(builder, out):
     IndexPutAddOut(builder, out)
 
+def IndexPutAddReduce(builder, reduce):
+    builder.PrependInt8Slot(6, reduce, 0)
+
+def AddReduce(builder, reduce):
+    IndexPutAddReduce(builder, reduce)
+
 def IndexPutEnd(builder):
     return builder.EndObject()
 
@@ -193,6 +206,7 @@ class IndexPutT(object):
         values = None,
         accumulate = False,
         out = None,
+        reduce = 0,
     ):
         self.x = x  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
         self.indices = indices  # type: Optional[List[etmlx.serializer.generated.etmlx_ir.Tid.TidT]]
@@ -200,6 +214,7 @@ class IndexPutT(object):
         self.values = values  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
         self.accumulate = accumulate  # type: bool
         self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.reduce = reduce  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -244,6 +259,7 @@ class IndexPutT(object):
         self.accumulate = indexPut.Accumulate()
         if indexPut.Out() is not None:
             self.out = etmlx.serializer.generated.etmlx_ir.Tid.TidT.InitFromObj(indexPut.Out())
+        self.reduce = indexPut.Reduce()
 
     # IndexPutT
     def Pack(self, builder):
@@ -275,5 +291,6 @@ class IndexPutT(object):
         if self.out is not None:
             out = self.out.Pack(builder)
             IndexPutAddOut(builder, out)
+        IndexPutAddReduce(builder, self.reduce)
         indexPut = IndexPutEnd(builder)
         return indexPut
