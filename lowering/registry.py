@@ -53,6 +53,11 @@ def op_name(target) -> str:
     return f"{getattr(target, '__module__', '')}.{getattr(target, '__name__', target)}"
 
 
+def is_call(node, *names) -> bool:
+    """Whether ``node`` is a call of one of the operators ``names`` (``op_name`` form)."""
+    return isinstance(node, fx.Node) and node.op == "call_function" and op_name(node.target) in names
+
+
 def values_of(node: fx.Node):
     """The example values (fake tensors, SymInts) a node produces."""
     value = node.meta.get("val")

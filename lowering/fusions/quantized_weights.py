@@ -14,7 +14,7 @@ import torch
 from torch import fx
 
 from etmlx.lowering.arguments import bind
-from etmlx.lowering.registry import is_frozen_placeholder, op_name
+from etmlx.lowering.registry import is_call, is_frozen_placeholder
 from etmlx.lowering.rules.common import dtype_of, example_of
 from etmlx.lowering.rules.quantized import bits_of, check_fixed_at_export, check_quantized_weight
 
@@ -22,18 +22,14 @@ DEQUANTIZE = "torchao::dequantize_affine"
 _INNER_TENSOR = "export::access_subclass_inner_tensor"
 
 
-def _calls(node, name: str) -> bool:
-    return isinstance(node, fx.Node) and node.op == "call_function" and op_name(node.target) == name
-
-
 def _dequantized(weight) -> Optional[fx.Node]:
     """The ``dequantize_affine`` call ``weight`` is, else None."""
-    return weight if _calls(weight, DEQUANTIZE) else None
+    return weight if is_call(weight, DEQUANTIZE) else None
 
 
 def _fixed_at_export(node) -> bool:
     """A frozen placeholder (weight, frozen buffer, constant), or an inner tensor of one."""
-    return is_frozen_placeholder(node.args[0] if _calls(node, _INNER_TENSOR) else node)
+    return is_frozen_placeholder(node.args[0] if is_call(node, _INNER_TENSOR) else node)
 
 
 def _check(dequantize: fx.Node, dtype) -> Optional[str]:

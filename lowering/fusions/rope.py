@@ -21,27 +21,18 @@ from typing import Optional
 import numpy as np
 import torch
 from torch import fx
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from etmlx.serializer.generated.etmlx_ir import Rope
 
 from ..arguments import bind
-from ..registry import op_name
-from ..rules.common import dtype_of, normalize_axis, rank_of, shape_of
+from ..registry import is_call
+from ..rules.common import dtype_of, normalize_axis, rank_of, same_size, shape_of
 
 NAME = "rotary embedding -> mx.fast.rope"
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _RESHAPES = ("aten::unsqueeze_copy", "aten::view_copy", "aten::unsqueeze", "aten::view", "aten::reshape")
 _CASTS = ("aten::_to_copy", "dim_order_ops::_to_dim_order_copy")
-
-
-def _call(node, *names) -> bool:
-    return isinstance(node, fx.Node) and node.op == "call_function" and op_name(node.target) in names
-
-
-def _same(a, b) -> bool:
-    return statically_known_true(a == b)
 
 
 def _both_orders(node):
@@ -51,17 +42,17 @@ def _both_orders(node):
 
 def _through(node, names):
     """``node``'s operand after every call of ``names`` it was made by."""
-    while _call(node, *names):
+    while is_call(node, *names):
         node = bind(node).self
     return node
 
 
 def match(ctx, node):
     """``(x, start, inv_freq)`` when ``node`` is that add, else None."""
-    if not _call(node, "aten::add.Tensor") or bind(node).alpha != 1:
+    if not is_call(node, "aten::add.Tensor") or bind(node).alpha != 1:
         return None
     for straight, turned in _both_orders(node):
-        if not (_call(straight, "aten::mul.Tensor") and _call(turned, "aten::mul.Tensor")):
+        if not (is_call(straight, "aten::mul.Tensor") and is_call(turned, "aten::mul.Tensor")):
             continue
         for x, cos in _both_orders(straight):
             for half_turn, sin in _both_orders(turned):
@@ -99,17 +90,17 @@ def _rotation_of(ctx, x, cos, half_turn, sin):
 
 def _turns_half(node, x, half: int) -> bool:
     """``node`` is ``cat(-x[..., half:], x[..., :half], dim=-1)``."""
-    if not _call(node, "aten::cat") or normalize_axis(bind(node).dim, rank_of(node)) != rank_of(x) - 1:
+    if not is_call(node, "aten::cat") or normalize_axis(bind(node).dim, rank_of(node)) != rank_of(x) - 1:
         return False
     pieces = bind(node).tensors
-    if len(pieces) != 2 or not _call(pieces[0], "aten::neg"):
+    if len(pieces) != 2 or not is_call(pieces[0], "aten::neg"):
         return False
     return _is_slice(bind(pieces[0]).self, x, half, None) and _is_slice(pieces[1], x, 0, half)
 
 
 def _is_slice(node, x, start: int, stop: Optional[int]) -> bool:
     """``node`` is ``x[..., start:stop]`` over the last axis (``stop`` None: to the end)."""
-    if not _call(node, "aten::slice_copy.Tensor", "aten::slice.Tensor"):
+    if not is_call(node, "aten::slice_copy.Tensor", "aten::slice.Tensor"):
         return False
     args = bind(node)
     end = shape_of(x)[-1]
@@ -130,12 +121,12 @@ def _angles(ctx, node, function: str, x):
     if not _is_rows_of(node, x, shape_of(x)[-1]):
         return None
     node = _through(node, _RESHAPES)
-    if _call(node, *_CASTS):
+    if is_call(node, *_CASTS):
         node = bind(node).self
-    if _call(node, "aten::mul.Tensor"):
+    if is_call(node, "aten::mul.Tensor"):
         factors = [(a, b) for a, b in _both_orders(node) if _is_one(ctx, b)]
         node = factors[0][0] if factors else node
-    if not _call(node, function):
+    if not is_call(node, function):
         return None
     angles = bind(node).self
     return angles if _is_rows_of(angles, x, shape_of(x)[-1]) else None
@@ -145,8 +136,8 @@ def _is_rows_of(node, x, width) -> bool:
     """``node``'s shape is (1, ..., T, width), T the size of ``x``'s axis -2."""
     shape = shape_of(node)
     return (
-        len(shape) >= 2 and all(_same(size, 1) for size in shape[:-2])
-        and _same(shape[-2], shape_of(x)[-2]) and _same(shape[-1], width)
+        len(shape) >= 2 and all(same_size(size, 1) for size in shape[:-2])
+        and same_size(shape[-2], shape_of(x)[-2]) and same_size(shape[-1], width)
     )
 
 
@@ -157,12 +148,12 @@ def _is_one(ctx, node) -> bool:
 def _positions_and_frequencies(ctx, angles, x):
     """``(start, inv_freq)`` when ``angles`` is ``cat(f, f, dim=-1)`` with ``f`` the
     positions ``start + arange(T)`` in float32 times the constant ``inv_freq``."""
-    if not _call(angles, "aten::cat") or dtype_of(angles) != torch.float32:
+    if not is_call(angles, "aten::cat") or dtype_of(angles) != torch.float32:
         return None
     halves = bind(angles).tensors
     if normalize_axis(bind(angles).dim, rank_of(angles)) != rank_of(angles) - 1 or len(halves) != 2:
         return None
-    if halves[0] is not halves[1] or not _call(halves[0], "aten::mul.Tensor"):
+    if halves[0] is not halves[1] or not is_call(halves[0], "aten::mul.Tensor"):
         return None
     half = shape_of(x)[-1] // 2
     for positions, inv_freq in _both_orders(halves[0]):
@@ -183,13 +174,13 @@ def _start_of(node, x):
     if dtype_of(node) != torch.float32 or not _is_rows_of(node, x, 1):
         return None
     node = _through(node, _RESHAPES)
-    if not _call(node, *_CASTS):
+    if not is_call(node, *_CASTS):
         return None
     node = _through(bind(node).self, _RESHAPES)
-    if not _call(node, "aten::add.Tensor") or bind(node).alpha != 1 or dtype_of(node) not in (torch.int64, torch.int32):
+    if not is_call(node, "aten::add.Tensor") or bind(node).alpha != 1 or dtype_of(node) not in (torch.int64, torch.int32):
         return None
     shape = shape_of(node)
-    if not all(_same(size, 1) for size in shape[:-1]) or not _same(shape[-1], shape_of(x)[-2]):
+    if not all(same_size(size, 1) for size in shape[:-1]) or not same_size(shape[-1], shape_of(x)[-2]):
         return None
     for counted, start in _both_orders(node):
         if _is_count_from_zero(_through(counted, _RESHAPES)) and _is_one_integer(start):
@@ -203,7 +194,7 @@ def _is_one_integer(node) -> bool:
 
 
 def _is_count_from_zero(node) -> bool:
-    if not _call(node, "aten::arange.start_step", "aten::arange", "aten::arange.start"):
+    if not is_call(node, "aten::arange.start_step", "aten::arange", "aten::arange.start"):
         return False
     args = bind(node)
     return args.get("start", 0) == 0 and args.get("step", 1) == 1

@@ -18,7 +18,6 @@ import math
 from typing import Optional
 
 import torch
-from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from etmlx.serializer.generated.etmlx_ir import Binary, ExpandDims, Reduce, Roll, Scalar, Sdpa, Squeeze, Where
 from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
@@ -26,11 +25,7 @@ from etmlx.serializer.generated.etmlx_ir.ReduceOp import ReduceOp
 
 from ..dtypes import FLOATING, fill_fields
 from ..registry import lowers
-from .common import normalize_axis, rank_of
-
-
-def _same(a, b) -> bool:
-    return statically_known_true(a == b)
+from .common import normalize_axis, rank_of, same_size
 
 
 def check_sdpa(q, k, v, mask, dropout_p=0.0, is_causal=False, enable_gqa=False) -> Optional[str]:
@@ -48,19 +43,19 @@ def check_sdpa(q, k, v, mask, dropout_p=0.0, is_causal=False, enable_gqa=False) 
         return f"a {mask.dtype} mask with {q.dtype} inputs"
     if mask is not None and mask.dim() > 4:
         return "a mask of rank above 4"
-    if rank == 4 and not (_same(q.shape[0], k.shape[0]) and _same(q.shape[0], v.shape[0])):
+    if rank == 4 and not (same_size(q.shape[0], k.shape[0]) and same_size(q.shape[0], v.shape[0])):
         return "unequal batch sizes among q, k, v"
-    if not _same(k.shape[-2], v.shape[-2]) or not _same(q.shape[-1], k.shape[-1]):
+    if not same_size(k.shape[-2], v.shape[-2]) or not same_size(q.shape[-1], k.shape[-1]):
         return "k/v lengths or q/k head dims differ"
     if rank >= 3:
         reason = _check_heads(q.shape[-3], k.shape[-3], v.shape[-3], enable_gqa)
         if reason:
             return reason
-    if is_causal and not _same(q.shape[-2], k.shape[-2]):
+    if is_causal and not same_size(q.shape[-2], k.shape[-2]):
         return "is_causal with query length != key length (MLX anchors the causal mask bottom-right)"
     if is_causal and mask is not None:
         return "is_causal together with a mask"
-    if any(_same(size, 0) for size in (q.shape[-2], k.shape[-2], q.shape[-1])):
+    if any(same_size(size, 0) for size in (q.shape[-2], k.shape[-2], q.shape[-1])):
         return "an empty query, key or head dim"
     if not isinstance(q.shape[-1], int):
         return "a dynamic head dim (the default scale depends on it)"
@@ -68,9 +63,9 @@ def check_sdpa(q, k, v, mask, dropout_p=0.0, is_causal=False, enable_gqa=False) 
 
 
 def _check_heads(q_heads, k_heads, v_heads, enable_gqa) -> Optional[str]:
-    if not _same(k_heads, v_heads):
+    if not same_size(k_heads, v_heads):
         return "k and v with different head counts"
-    if _same(k_heads, q_heads) or _same(k_heads, 1):
+    if same_size(k_heads, q_heads) or same_size(k_heads, 1):
         return None  # equal heads, or one k/v head broadcast (what MLX's MQA computes)
     if not (isinstance(q_heads, int) and isinstance(k_heads, int)):
         return "dynamic head counts"

@@ -5,6 +5,7 @@ from typing import Optional
 
 import torch
 from torch import fx
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from etmlx.serializer.generated.etmlx_ir import AsType, Scalar, SymSize, Take
 from etmlx.serializer.ir import int_or_slot
@@ -51,6 +52,11 @@ def as_dtype(ctx, arg, dtype: torch.dtype):
     if dtype_of(arg) == dtype:
         return ctx.tensor(arg)
     return ctx.emit(AsType, x=ctx.tensor(arg), dtype=ir_dtype(dtype))
+
+
+def same_size(a, b) -> bool:
+    """Whether two sizes (ints or SymInts) are provably equal for every input."""
+    return statically_known_true(a == b)
 
 
 def normalize_axis(axis: int, rank: int) -> int:
