@@ -10,6 +10,7 @@ from . import (  # noqa: F401
     normalization,
     quantized,
     reduction,
+    sampling,
     scan,
     shape,
     sizes,
