@@ -96,20 +96,51 @@ def _per_channel(ctx, arg, rank: int, dtype):
 def _lower_group_norm(ctx, node, args):
     """(x - mean) * rsqrt(var + eps) over each group of channels, in float32 for half
     inputs as PyTorch accumulates, then the per-channel affine."""
-    x, weight, bias, batch, groups, eps = args.input, args.weight, args.bias, args.N, args.group, args.eps
+    x, batch, groups = args.input, args.N, args.group
     dtype, rank = out_dtype(node, 0), rank_of(x)
-    wide = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    wide = _accumulated(dtype)
     grouped = ctx.emit(Reshape, x=as_dtype(ctx, x, wide), shape=[ctx.size(batch), int_or_slot(groups), int_or_slot(-1)])
-    mean = ctx.emit(Reduce, op=ReduceOp.Mean, x=grouped, axes=[2], keepdims=True)
-    var = ctx.emit(Variance, x=grouped, axes=[2], keepdims=True, ddof=0)
-    centered = ctx.emit(Binary, op=BinaryOp.Sub, a=grouped, b=mean)
-    inv_std = ctx.emit(Unary, op=UnaryOp.Rsqrt, x=ctx.emit(Binary, op=BinaryOp.Add, a=var, b=as_dtype(ctx, eps, wide)))
-    normed = ctx.emit(Binary, op=BinaryOp.Mul, a=centered, b=inv_std)
+    normed = _standardized(ctx, grouped, [2], args.eps, wide)
     out = ctx.emit(Reshape, x=normed, shape=[dim_size(ctx, x, axis) for axis in range(rank)])
+    ctx.bind(node, _affine(ctx, out, args, wide, dtype, rank), index=0)
+
+
+def _check_batch_statistics(node, args):
+    if rank_of(args.input) < 2:
+        return "batch norm of a rank-1 input"
+    return users_use_only_output(node)
+
+
+@lowers("aten::_native_batch_norm_legit.no_stats", check=_check_batch_statistics)
+def _lower_batch_norm_batch_statistics(ctx, node, args):
+    """Batch norm by the statistics of the input itself (what InstanceNorm and a BatchNorm
+    without running statistics export as): per channel over every other axis, in
+    float32 for half inputs as PyTorch accumulates, then the per-channel affine."""
+    x, dtype, rank = args.input, out_dtype(node, 0), rank_of(args.input)
+    wide = _accumulated(dtype)
+    normed = _standardized(ctx, as_dtype(ctx, x, wide), [0] + list(range(2, rank)), args.eps, wide)
+    ctx.bind(node, _affine(ctx, normed, args, wide, dtype, rank), index=0)
+
+
+def _accumulated(dtype):
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _standardized(ctx, x, axes, eps, dtype):
+    """``(x - mean) * rsqrt(var + eps)`` over ``axes`` (biased variance)."""
+    mean = ctx.emit(Reduce, op=ReduceOp.Mean, x=x, axes=axes, keepdims=True)
+    var = ctx.emit(Variance, x=x, axes=axes, keepdims=True, ddof=0)
+    centered = ctx.emit(Binary, op=BinaryOp.Sub, a=x, b=mean)
+    inv_std = ctx.emit(Unary, op=UnaryOp.Rsqrt, x=ctx.emit(Binary, op=BinaryOp.Add, a=var, b=as_dtype(ctx, eps, dtype)))
+    return ctx.emit(Binary, op=BinaryOp.Mul, a=centered, b=inv_std)
+
+
+def _affine(ctx, out, args, wide, dtype, rank):
+    """``out`` back in ``dtype``, times the per-channel weight, plus the bias (each when given)."""
     if wide != dtype:
         out = ctx.emit(AsType, x=out, dtype=ir_dtype(dtype))
-    if weight is not None:
-        out = ctx.emit(Binary, op=BinaryOp.Mul, a=out, b=_per_channel(ctx, weight, rank, dtype))
-    if bias is not None:
-        out = ctx.emit(Binary, op=BinaryOp.Add, a=out, b=_per_channel(ctx, bias, rank, dtype))
-    ctx.bind(node, out, index=0)
+    if args.weight is not None:
+        out = ctx.emit(Binary, op=BinaryOp.Mul, a=out, b=_per_channel(ctx, args.weight, rank, dtype))
+    if args.bias is not None:
+        out = ctx.emit(Binary, op=BinaryOp.Add, a=out, b=_per_channel(ctx, args.bias, rank, dtype))
+    return out

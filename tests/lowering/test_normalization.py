@@ -90,5 +90,28 @@ def test_group_norm(dtype, shape):
     delegated(M(), (torch.randn(shape).to(dtype),), nodes=["Variance", "Rsqrt"])
 
 
+@pytest.mark.parametrize("dtype,shape", dtype_shape_cases([(2, 6, 5), (2, 6, 4, 4), (1, 6, 2, 3, 2)]))
+def test_instance_norm_and_batch_norm_by_batch_statistics(dtype, shape):
+    """InstanceNorm (1-3d, affine or not) and a BatchNorm without running statistics
+    normalize by the input's own statistics."""
+    instance = getattr(torch.nn, f"InstanceNorm{len(shape) - 2}d")
+    affine, plain = instance(6, affine=True).to(dtype), instance(6).to(dtype)
+    batch = getattr(torch.nn, f"BatchNorm{len(shape) - 2}d")(6, track_running_stats=False).to(dtype)
+    with torch.no_grad():
+        for norm in (affine, batch):
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.uniform_(-0.5, 0.5)
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.affine, self.plain, self.batch = affine, plain, batch
+
+        def forward(self, x):
+            return self.affine(x), self.plain(x * 3 + 1), self.batch(x - 2)
+
+    delegated(M().eval(), (torch.randn(shape).to(dtype),), nodes=["Variance", "Rsqrt"])
+
+
 def test_every_normalization_rule_is_tested(whole_file):
     assert untested_rules("normalization") == set()
