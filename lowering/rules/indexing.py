@@ -8,14 +8,18 @@ count them from the end; ``embedding``, ``index_select`` and ``gather`` reject t
 and costs nothing where the indices are provably in range.
 """
 
+import math
+
 import torch
 from torch import fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from etmlx.serializer.generated.etmlx_ir import (
-    AsType, Binary, BroadcastTo, CheckIndex, ExpandDims, Full, Index, IndexPut, Slice, Take, TakeAlongAxis, Unary, Where,
+    AsType, Binary, BroadcastTo, CheckIndex, ExpandDims, Full, Index, IndexPut, Reshape, Scan, Slice, Take,
+    TakeAlongAxis, Unary, Where,
 )
 from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
+from etmlx.serializer.generated.etmlx_ir.ScanOp import ScanOp
 from etmlx.serializer.generated.etmlx_ir.ScatterReduce import ScatterReduce
 from etmlx.serializer.generated.etmlx_ir.UnaryOp import UnaryOp
 from etmlx.serializer.ir import int_or_slot
@@ -270,6 +274,33 @@ def _scatter(ctx, args, values, into, accumulate: bool = False, reduce=ScatterRe
     return ctx.emit(
         IndexPut, x=into, indices=slots, dims=list(range(rank)), values=values, accumulate=accumulate, reduce=reduce
     )
+
+
+def _check_masked_scatter(node, args):
+    shapes = (shape_of(args.self), shape_of(args.mask), shape_of(args.source))
+    if not all(is_static(shape) for shape in shapes):
+        return "masked_scatter of a dynamic shape"
+    return None
+
+
+@lowers("aten::masked_scatter", check=_check_masked_scatter)
+def _lower_masked_scatter(ctx, node, args):
+    """The k-th position (row-major) where the mask is true takes element k of the
+    flattened source, the others keep self's: k is the running count of true elements
+    less one, a gather bounds-checked against the source's size (PyTorch's error when
+    the source is too small)."""
+    x, shape = args.self, shape_of(args.self)
+    flat = [int_or_slot(-1)]
+    mask = ctx.emit(BroadcastTo, x=ctx.tensor(args.mask), shape=[int_or_slot(s) for s in shape])
+    mask = ctx.emit(Reshape, x=mask, shape=flat)
+    running = ctx.emit(Scan, op=ScanOp.CumSum, x=ctx.emit(AsType, x=mask, dtype=ir_dtype(torch.int32)), axis=0)
+    minus_one = ctx.emit(Binary, op=BinaryOp.Sub, a=running, b=ctx.emit(Full, shape=[], **fill_fields(1, torch.int32)))
+    at = ctx.emit(Where, cond=mask, a=minus_one, b=ctx.emit(Full, shape=[], **fill_fields(0, torch.int32)))
+    at = ctx.emit(CheckIndex, indices=at, size=int_or_slot(math.prod(shape_of(args.source))), wraps=False,
+                  what=f"masked_scatter's count of true elements of {_origin(ctx, args.mask)}")
+    taken = ctx.emit(Take, x=ctx.emit(Reshape, x=ctx.tensor(args.source), shape=flat), indices=at, axis=0)
+    out = ctx.emit(Where, cond=mask, a=taken, b=ctx.emit(Reshape, x=ctx.tensor(x), shape=flat))
+    ctx.bind(node, ctx.emit(Reshape, x=out, shape=[int_or_slot(s) for s in shape]))
 
 
 def _scattered_positions(args):

@@ -163,5 +163,22 @@ def test_scatter_reduce(reduce, dtype):
         lowered.program.forward(x, index + 4 * (index == 1), src)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool], ids=str)
+def test_masked_scatter(dtype):
+    """As a vision-language model splices image features into its token embeddings; a
+    mask broadcast over rows; a source larger than needed; one too small fails by name."""
+    x = torch.arange(4 * 5, dtype=torch.float32).reshape(4, 5).to(dtype)
+    source = (torch.arange(3 * 5, dtype=torch.float32).reshape(3, 5) * -1).to(dtype)
+
+    def fn(x, mask, row_mask, source):
+        return x.masked_scatter(mask, source), x.masked_scatter(row_mask, source)
+
+    mask = torch.tensor([[True, False, True, True, False], [False] * 5, [True, True, False, False, True], [False] * 5])
+    row_mask = torch.tensor([[True], [False], [True], [False]])
+    lowered = delegated(fn, (x, mask, row_mask, source), nodes=["CumSum", "CheckIndex", "Take"])
+    with pytest.raises(IndexError, match="masked_scatter's count of true elements of input '.*' holds index 15"):
+        lowered.program.forward(x, torch.ones(4, 5, dtype=torch.bool), row_mask, source)
+
+
 def test_every_indexing_rule_is_tested(whole_file):
     assert untested_rules("indexing") == set()
