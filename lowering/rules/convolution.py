@@ -1,13 +1,18 @@
 """Convolution and pooling. PyTorch is channels-first, MLX channels-last: activations
 are transposed around the op, and a constant weight is laid out for MLX at export."""
 
-from etmlx.serializer.generated.etmlx_ir import Binary, Concatenate, Conv, Pool, Slice, Transpose
+import torch
+
+from etmlx.serializer.generated.etmlx_ir import (
+    Binary, Concatenate, Conv, Full, IndexPut, Pool, Reshape, Slice, Transpose,
+)
 from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
 from etmlx.serializer.generated.etmlx_ir.PoolOp import PoolOp
 from etmlx.serializer.ir import int_or_slot
 
+from ..dtypes import fill_fields
 from ..registry import lowers
-from .common import rank_of, shape_of, users_use_only_output
+from .common import is_static, out_dtype, rank_of, shape_of, users_use_only_output
 
 
 def _to_channels_last(rank: int) -> list:
@@ -134,3 +139,39 @@ def _lower_adaptive_avg_pool(ctx, node, args):
     ctx.bind(node, _pool(ctx, args.self, PoolOp.Avg, kernel, kernel, [0], False))
 
 
+
+
+def _check_col2im(node, args):
+    if not is_static(shape_of(args.self)) or len(args.output_size) != 2:
+        return "col2im of a dynamic shape"
+    return None
+
+
+@lowers("aten::col2im", check=_check_col2im)
+def _lower_col2im(ctx, node, args):
+    """``nn.Fold``: (N, C * kh * kw, L) blocks summed into (N, C, H, W). Each block
+    element's place in the padded image is known at export, so the sum is one
+    accumulating scatter along the flattened padded image, then the padding is cut off.
+    (Overlapping sums may round in another order than PyTorch's loop.)"""
+    (height, width), (kh, kw) = args.output_size, args.kernel_size
+    (dh, dw), (ph, pw), (sh, sw) = args.dilation, args.padding, args.stride
+    batch, packed, blocks = shape_of(args.self)
+    channels = packed // (kh * kw)
+    padded_h, padded_w = height + 2 * ph, width + 2 * pw
+    across = (padded_w - dw * (kw - 1) - 1) // sw + 1
+    down = (padded_h - dh * (kh - 1) - 1) // sh + 1
+    row = torch.arange(kh).reshape(kh, 1, 1, 1) * dh + torch.arange(down).reshape(1, 1, down, 1) * sh
+    column = torch.arange(kw).reshape(1, kw, 1, 1) * dw + torch.arange(across).reshape(1, 1, 1, across) * sw
+    places = (row * padded_w + column).reshape(-1).to(torch.int32)  # (i, j, block) order, as the input
+    values = ctx.emit(Reshape, x=ctx.tensor(args.self), shape=_sizes(batch, channels, kh * kw * blocks))
+    image = ctx.emit(Full, shape=_sizes(batch, channels, padded_h * padded_w), **fill_fields(0, out_dtype(node)))
+    image = ctx.emit(IndexPut, x=image, indices=[ctx.add_constant(places)], dims=[2], values=values, accumulate=True)
+    image = ctx.emit(Reshape, x=image, shape=_sizes(batch, channels, padded_h, padded_w))
+    for axis, (size, pad) in ((2, (height, ph)), (3, (width, pw))):
+        if pad:
+            image = ctx.emit(Slice, x=image, axis=axis, start=int_or_slot(pad), stop=int_or_slot(pad + size), step=1)
+    ctx.bind(node, image)
+
+
+def _sizes(*sizes) -> list:
+    return [int_or_slot(size) for size in sizes]

@@ -122,5 +122,22 @@ def test_1d_pool_rules_lowered_directly():
     assert "Avg" in lowered_directly(lambda x: aten.avg_pool1d.default(x, [3], [2], [1], True, False), (x,))
 
 
+FOLDS = [  # overlapping blocks with dilation and padding; disjoint ones
+    dict(kernel_size=(3, 2), dilation=(1, 2), padding=(1, 0), stride=(2, 1)),
+    dict(kernel_size=2, stride=2),
+]
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_fold(dtype):
+    """``nn.Fold`` (col2im) of blocks ``F.unfold`` cut, summing where blocks overlap: as
+    ExecuTorch decomposes it (index arithmetic, all on MLX), and whole by the rule."""
+    for geometry in FOLDS:
+        blocks = F.unfold(torch.randn(2, 3, 6, 8), **geometry).to(dtype)
+        fold = lambda b, g=geometry: F.fold(b, (6, 8), **g)  # noqa: E731
+        delegated(fold, (blocks,), nodes=["IndexPut"])
+        assert "IndexPut" in lowered_directly(fold, (blocks,))
+
+
 def test_every_convolution_rule_is_tested(whole_file):
     assert untested_rules("convolution") == set()
