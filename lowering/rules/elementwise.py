@@ -145,6 +145,29 @@ def _lower_div_mode(ctx, node, args):
     ctx.bind(node, _binary(ctx, node, op, args.self, args.other))
 
 
+def _check_fmod(node, args):
+    if not out_dtype(node).is_floating_point:
+        return "integer fmod (PyTorch raises on a zero divisor, which MLX cannot report)"
+    return None
+
+
+@lowers("aten::fmod.Tensor", "aten::fmod.Scalar", check=_check_fmod)
+def _lower_fmod(ctx, node, args):
+    """C's fmod, exactly: MLX's remainder of the magnitudes is fmod of the magnitudes
+    (its floor adjustment never applies to operands of one sign), then the dividend's
+    sign, -0.0 included. (``a - trunc(a / b) * b`` is not exact once a / b rounds.)"""
+    dtype = out_dtype(node)
+    a, b = as_dtype(ctx, args.self, dtype), as_dtype(ctx, args.other, dtype)
+    size = ctx.emit(
+        Binary, op=BinaryOp.Remainder, a=ctx.emit(Unary, op=UnaryOp.Abs, x=a), b=ctx.emit(Unary, op=UnaryOp.Abs, x=b)
+    )
+    zero = as_dtype(ctx, 0, dtype)
+    below_zero = ctx.emit(Binary, op=BinaryOp.Less, a=a, b=zero)
+    minus_zero = ctx.emit(Binary, op=BinaryOp.Less, a=ctx.emit(Unary, op=UnaryOp.Reciprocal, x=a), b=zero)
+    negative = ctx.emit(Binary, op=BinaryOp.LogicalOr, a=below_zero, b=minus_zero)
+    ctx.bind(node, ctx.emit(Where, cond=negative, a=ctx.emit(Unary, op=UnaryOp.Neg, x=size), b=size))
+
+
 @lowers("aten::trunc")
 def _lower_trunc(ctx, node, args):
     """Integers are whole already."""

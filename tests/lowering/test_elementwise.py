@@ -235,6 +235,25 @@ def test_trunc_division_and_trunc(dtype):
     assert lowered_directly(div_scalar, (a,))
 
 
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_fmod_is_exact(dtype):
+    """Bit for bit, sign of zero included: large quotients (where a - trunc(a / b) * b
+    gives 1.0 for fmod(1e4, 3.3) = 1.000144...), signs, zeros, inf, NaN, a zero divisor."""
+    inf, nan = float("inf"), float("nan")
+    a = torch.tensor([1e4, -1e4, 7.5, -7.5, 0.0, -0.0, -4.0, inf, 3.0, nan, 5.0, 2.5, 65000.0, -0.3])
+    b = torch.tensor([3.3, 3.3, -2.0, 2.0, 3.0, 3.0, 2.0, 2.0, inf, 1.0, 0.0, nan, 0.7, 0.11])
+    a, b = a.to(dtype), b.to(dtype)
+    lowered = delegated(lambda a, b: (torch.fmod(a, b), torch.fmod(a, -0.7)), (a, b))
+    for got, expected in zip(lowered.program.forward(a, b), (torch.fmod(a, b), torch.fmod(a, -0.7))):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+        assert torch.equal(got.signbit() | got.isnan(), expected.signbit() | expected.isnan())
+
+
+def test_integer_fmod_is_declined_but_correct():
+    a, b = torch.tensor([-7, 7, 9]), torch.tensor([2, -3, 4])
+    assert "zero divisor" in declined(lambda a, b: torch.fmod(a, b), (a, b), "aten::fmod.Tensor")
+
+
 def test_rules_that_edge_decomposes_lowered_directly():
     """``silu``, ``rsub`` and ``floor_divide`` are decomposed before partitioning today;
     their rules still must compute what eager does."""
