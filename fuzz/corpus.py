@@ -58,12 +58,13 @@ class _QuantizedLookup(torch.nn.Module):
 
 
 class _SortsAndScatters(torch.nn.Module):
-    """Sorted and top-k values, a scatter_add by run-time indices, and elementwise math."""
+    """Sorted and top-k values, scatters (add, max) by run-time indices, elementwise math."""
 
     def forward(self, x, index):
         ordered = torch.sort(x, dim=-1, descending=True).values + torch.topk(x, 2).values.sum(-1, keepdim=True)
         spread = torch.zeros(x.shape[0], 8).scatter_add(1, index, x[:, : index.shape[1]])
-        return ordered.atan2(x.round()), spread.isnan(), torch.div(x, 3, rounding_mode="trunc")
+        peaks = x.scatter_reduce(1, index % x.shape[1], x, "amax", include_self=False)
+        return ordered.atan2(x.round()), spread.isnan(), torch.div(x, 3, rounding_mode="trunc"), peaks
 
 
 class Rotary(torch.nn.Module):
