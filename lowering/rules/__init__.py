@@ -4,6 +4,7 @@ from . import (  # noqa: F401
     attention,
     convolution,
     creation,
+    distance,
     elementwise,
     indexing,
     matmul,
