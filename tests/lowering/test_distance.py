@@ -1,4 +1,4 @@
-"""``torch.cdist`` against eager PyTorch: every p PyTorch computes directly, batched and
+"""``torch.cdist`` and ``torch.pdist`` against eager PyTorch: every p PyTorch computes directly, batched and
 broadcast point sets, pairs at distance 0; the matrix-multiply form PyTorch uses for p=2
 on many points."""
 
@@ -31,6 +31,13 @@ def test_cdist_by_matrix_multiply():
     assert "30 points" in reason
     delegated(lambda a, b: torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist"), (points, others),
               nodes=["Sqrt"])
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, 2.0, 3.0, math.inf])
+def test_pdist(p):
+    points = torch.randn(6, 4)
+    points[4] = points[1]  # a pair at distance 0
+    delegated(lambda x: torch.pdist(x, p=p), (points,), nodes=["Take"])
 
 
 def test_every_distance_rule_is_tested(whole_file):
