@@ -41,9 +41,12 @@ def is_static(sizes) -> bool:
 
 def as_dtype(ctx, arg, dtype: torch.dtype):
     """``arg``'s slot in ``dtype``: a constant is converted at export, a Python
-    scalar becomes a 0-d constant, and anything else gets an ``AsType`` node."""
+    scalar becomes a 0-d constant (one per value and dtype: each is an argument of the
+    compiled graph on every call), and anything else gets an ``AsType`` node."""
     if not isinstance(arg, fx.Node):
-        return ctx.emit(Scalar, **fill_fields(arg, dtype))
+        # repr, not the value: -0.0 == 0.0 and NaN != NaN, but neither may share a slot wrongly
+        key = (Scalar, type(arg), repr(arg), dtype)
+        return ctx.once(key, lambda: ctx.emit(Scalar, **fill_fields(arg, dtype)))
     if ctx.is_constant(arg):
         value = ctx.constant_values[arg]
         if value.dtype == dtype:

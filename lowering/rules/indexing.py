@@ -27,7 +27,7 @@ from etmlx.serializer.ir import int_or_slot
 from ..arguments import bind
 from ..dtypes import fill_fields, ir_dtype
 from ..registry import lowers, op_name
-from .common import dim_size, dtype_of, is_static, normalize_axis, rank_of, shape_of
+from .common import as_dtype, dim_size, dtype_of, is_static, normalize_axis, rank_of, shape_of
 
 _INTEGER_INDEX = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
@@ -192,8 +192,10 @@ def _lower_scatter_value(ctx, node, args):
     ctx.bind(node, _scatter(ctx, args, _filled(ctx, args, args.value), ctx.tensor(args.self)))
 
 
-_REDUCTIONS = {"sum": ScatterReduce.None_, "mean": ScatterReduce.None_, "prod": ScatterReduce.Multiply, "amax": ScatterReduce.Maximum,
-               "amin": ScatterReduce.Minimum}
+_REDUCTIONS = {
+    "sum": ScatterReduce.None_, "mean": ScatterReduce.None_, "prod": ScatterReduce.Multiply,
+    "amax": ScatterReduce.Maximum, "amin": ScatterReduce.Minimum,
+}
 
 
 def _check_scatter_reduce(node, args):
@@ -224,7 +226,7 @@ def _lower_scatter_reduce(ctx, node, args):
     if reduce == "mean":
         no_counts = ctx.emit(Full, shape=ctx.sizes(shape_of(args.self)), **fill_fields(int(args.include_self), dtype))
         counts = _scatter(ctx, args, _filled(ctx, args, 1), no_counts, accumulate=True)
-        counts = ctx.emit(Binary, op=BinaryOp.Maximum, a=counts, b=ctx.emit(Full, shape=[], **fill_fields(1, dtype)))
+        counts = ctx.emit(Binary, op=BinaryOp.Maximum, a=counts, b=as_dtype(ctx, 1, dtype))
         divide = BinaryOp.Div if dtype.is_floating_point else BinaryOp.FloorDivide
         combined = ctx.emit(Binary, op=divide, a=combined, b=counts)
     ctx.bind(node, combined)
@@ -239,8 +241,7 @@ def _with_nans(ctx, args, values, combined):
     nan = ctx.emit(AsType, x=hit, dtype=ir_dtype(torch.bool))
     if args.include_self:
         nan = ctx.emit(Binary, op=BinaryOp.LogicalOr, a=nan, b=ctx.emit(Unary, op=UnaryOp.IsNan, x=ctx.tensor(args.self)))
-    not_a_number = ctx.emit(Full, shape=[], **fill_fields(float("nan"), dtype_of(args.self)))
-    return ctx.emit(Where, cond=nan, a=not_a_number, b=combined)
+    return ctx.emit(Where, cond=nan, a=as_dtype(ctx, float("nan"), dtype_of(args.self)), b=combined)
 
 
 def _source_block(ctx, args):
@@ -294,8 +295,8 @@ def _lower_masked_scatter(ctx, node, args):
     mask = ctx.emit(BroadcastTo, x=ctx.tensor(args.mask), shape=[int_or_slot(s) for s in shape])
     mask = ctx.emit(Reshape, x=mask, shape=flat)
     running = ctx.emit(Scan, op=ScanOp.CumSum, x=ctx.emit(AsType, x=mask, dtype=ir_dtype(torch.int32)), axis=0)
-    minus_one = ctx.emit(Binary, op=BinaryOp.Sub, a=running, b=ctx.emit(Full, shape=[], **fill_fields(1, torch.int32)))
-    at = ctx.emit(Where, cond=mask, a=minus_one, b=ctx.emit(Full, shape=[], **fill_fields(0, torch.int32)))
+    minus_one = ctx.emit(Binary, op=BinaryOp.Sub, a=running, b=as_dtype(ctx, 1, torch.int32))
+    at = ctx.emit(Where, cond=mask, a=minus_one, b=as_dtype(ctx, 0, torch.int32))
     at = ctx.emit(CheckIndex, indices=at, size=int_or_slot(math.prod(shape_of(args.source))), wraps=False,
                   what=f"masked_scatter's count of true elements of {_origin(ctx, args.mask)}")
     taken = ctx.emit(Take, x=ctx.emit(Reshape, x=ctx.tensor(args.source), shape=flat), indices=at, axis=0)
