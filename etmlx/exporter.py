@@ -51,10 +51,15 @@ def lower_methods(methods: dict):
 
     from etmlx.partitioner import MlxPartitioner
 
+    from .splits import split_calls_as_slices
+
     if not methods:
         raise ExportError("no methods to export")
     partitioner = MlxPartitioner()
-    retargeted = {name: partitioner.transform_for_pre_decomposition(program) for name, program in methods.items()}
+    retargeted = {
+        name: partitioner.transform_for_pre_decomposition(split_calls_as_slices(program))
+        for name, program in methods.items()
+    }
     edge = to_edge(retargeted).to_backend(partitioner)
     # Buffers MLX declined stay with ExecuTorch, which drops their initial values unless
     # named to this pass; delegated buffers carry their own in the payload.

@@ -142,6 +142,25 @@ def test_dynamic_batch_and_seq_cat_and_select():
     )
 
 
+def test_split_along_a_static_dim_keeps_the_others_dynamic():
+    """ExecuTorch's to_edge would fix the number of tokens to the example's 5 for a
+    split or chunk along the feature dim of (tokens, features) (a mixture of experts'
+    gate/up halves); etmlx exports them as slices, so other counts still run."""
+    tokens = Dim("tokens", min=2, max=32)
+
+    def fn(x):
+        x = x * 2
+        gate, up = x.chunk(2, dim=-1)
+        first, second, rest = x.split([3, 3, 2], dim=1)
+        thirds = x.split(3, dim=-1)  # uneven: 3, 3, 2
+        return gate * up, first + second, rest, *thirds
+
+    delegated(
+        fn, (torch.randn(5, 8),), dynamic_shapes=({0: tokens},),
+        run_with=[(torch.randn(17, 8),), (torch.randn(2, 8),)], nodes=["Slice"],
+    )
+
+
 def test_negative_select_on_a_dynamic_dim_is_declined_but_correct():
     seq = Dim("seq", min=2, max=32)
     reason = declined(
