@@ -74,6 +74,11 @@ def reversed_along(ctx, slot, axis: int, size: int, count: Optional[int] = None)
     return ctx.emit(Take, x=slot, indices=index, axis=axis)
 
 
+def used_outputs(node: fx.Node) -> set:
+    """Which results of a multi-output node its users read (they read them by getitem)."""
+    return {user.args[1] for user in node.users}
+
+
 def users_use_only_output(node: fx.Node, index: int = 0):
     """For multi-output ops etmlx lowers one result of: why not, or None."""
     for user in node.users:

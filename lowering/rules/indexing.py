@@ -9,6 +9,7 @@ and costs nothing where the indices are provably in range.
 """
 
 import math
+import operator
 
 import torch
 from torch import fx
@@ -26,7 +27,7 @@ from etmlx.serializer.ir import int_or_slot
 
 from ..arguments import bind
 from ..dtypes import fill_fields, ir_dtype
-from ..registry import lowers, op_name
+from ..registry import is_call, lowers, op_name
 from .common import as_dtype, dim_size, dtype_of, is_static, normalize_axis, rank_of, shape_of
 
 _INTEGER_INDEX = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
@@ -63,7 +64,32 @@ def _provably_in_range(ctx, index: fx.Node, size, wraps: bool) -> bool:
         start, end, step = arange.start, arange.end, arange.step
         if all(isinstance(v, int) for v in (start, end, step)) and step > 0:
             return end <= start or (start >= low and end - 1 < size)
-    return False
+    positions = sorted_positions_bound(index)
+    return positions is not None and positions <= size
+
+
+# Operators whose result holds only values of their input (shape changes), so positions
+# stay positions through them.
+_REARRANGING = (
+    "aten::view_copy", "aten::reshape", "aten::unsqueeze_copy", "aten::squeeze_copy.dims", "aten::squeeze_copy.dim",
+    "aten::permute_copy", "aten::expand_copy", "aten::slice_copy.Tensor", "aten::select_copy.int",
+    "aten::clone", "dim_order_ops::_clone_dim_order",
+)
+
+
+def sorted_positions_bound(index: fx.Node):
+    """n when ``index`` holds positions along an axis of n elements by construction (the
+    indices of ``sort``/``topk``, maybe reshaped: a router's chosen experts), else None."""
+    while index.op == "call_function" and op_name(index.target) in _REARRANGING:
+        index = index.args[0]
+    if index.op != "call_function" or index.target is not operator.getitem or index.args[1] != 1:
+        return None
+    source = index.args[0]
+    if not is_call(source, "aten::topk", "aten::sort"):
+        return None
+    sorted_along = bind(source)
+    size = shape_of(sorted_along.self)[normalize_axis(sorted_along.dim, rank_of(sorted_along.self))]
+    return size if isinstance(size, int) else None
 
 
 def _origin(ctx, index: fx.Node) -> str:

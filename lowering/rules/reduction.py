@@ -9,7 +9,7 @@ from etmlx.serializer.ir import int_or_slot
 
 from ..dtypes import ir_dtype
 from ..registry import lowers
-from .common import as_dtype, normalize_axis, out_dtype, rank_of
+from .common import as_dtype, normalize_axis, out_dtype, rank_of, used_outputs
 
 REDUCTIONS = {
     "aten::sum.dim_IntList": ReduceOp.Sum,
@@ -86,7 +86,7 @@ def _lower_max_dim(ctx, node, args):
     x, keepdim = args.self, bool(args.keepdim)
     axis = normalize_axis(args.dim, rank_of(x))
     is_max = node.target.name() == "aten::max.dim"
-    used = {user.args[1] for user in node.users}
+    used = used_outputs(node)
     if 0 in used:
         out = ctx.emit(Reduce, op=ReduceOp.Max if is_max else ReduceOp.Min, x=ctx.tensor(x), axes=[axis], keepdims=keepdim)
         ctx.bind(node, out, index=0)

@@ -1,11 +1,23 @@
-"""Ops along one axis: running sums, and sorted values."""
+"""Ops along one axis: running sums, and sorting (``sort``, ``topk``).
 
-from etmlx.serializer.generated.etmlx_ir import Scan, Slice, Sort
+Sorted values are the same whatever the order of ties. Indices are not: PyTorch leaves
+the order of tied values' indices unspecified, and its CPU kernels do not keep any rule
+(``topk(zeros(8), 2)`` gives ``[6, 5]`` on Linux, from ``std::nth_element``; macOS's
+C++ library, CUDA and MPS each order them their own way). etmlx gives ties one rule on
+every device: the lowest index first, in both directions. So indices equal PyTorch's
+wherever the values they sort are distinct, and the values always do.
+"""
+
+import torch
+
+from etmlx.serializer.generated.etmlx_ir import ArgSort, AsType, Binary, Scan, Slice, Sort, TakeAlongAxis
+from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
 from etmlx.serializer.generated.etmlx_ir.ScanOp import ScanOp
 from etmlx.serializer.ir import int_or_slot
 
+from ..dtypes import ir_dtype
 from ..registry import lowers
-from .common import as_dtype, normalize_axis, out_dtype, rank_of, reversed_along, shape_of, users_use_only_output
+from .common import as_dtype, normalize_axis, out_dtype, rank_of, reversed_along, shape_of, used_outputs
 
 
 @lowers("aten::cumsum")
@@ -22,24 +34,55 @@ def _axis_and_size(args):
     return axis, shape_of(args.self)[axis]
 
 
-def _check_sorted_values(node, args):
-    """Only the values are computed: PyTorch's sort and topk order the indices of tied
-    values their own way (MLX's sort is stable), while ties cannot change the values."""
+def _check_sortable(node, args):
     if rank_of(args.self) == 0:
         return "sorting a 0-d tensor"
     if not isinstance(_axis_and_size(args)[1], int):
         return "sorting along a dynamic dim"
-    reason = users_use_only_output(node, 0)
-    return f"{reason} (PyTorch orders the indices of tied values its own way)" if reason else None
+    return None
 
 
-@lowers("aten::sort", check=_check_sorted_values)
-def _lower_sort(ctx, node, args):
+def _order(ctx, args, descending: bool, count: int):
+    """The first ``count`` positions of ``args.self`` sorted along its axis, as int64
+    (the first ``count`` outputs of PyTorch's indices), ties lowest index first.
+    Descending: the stable ascending order of x read backwards, mapped back
+    (n - 1 - i), so that ties keep their order and NaN, sorted last, comes first."""
     axis, size = _axis_and_size(args)
-    out = ctx.emit(Sort, x=ctx.tensor(args.self), axis=axis)
-    if args.descending:  # the ascending sort read backwards: NaN, sorted last, comes first as in PyTorch
-        out = reversed_along(ctx, out, axis, size)
-    ctx.bind(node, out, index=0)
+    x = ctx.tensor(args.self)
+    if not descending:
+        order = ctx.emit(ArgSort, x=x, axis=axis)
+        if count < size:
+            order = ctx.emit(Slice, x=order, axis=axis, start=int_or_slot(0), stop=int_or_slot(count), step=1)
+        return ctx.emit(AsType, x=order, dtype=ir_dtype(torch.int64))
+    backwards = ctx.emit(ArgSort, x=reversed_along(ctx, x, axis, size), axis=axis)
+    mirrored = ctx.emit(AsType, x=reversed_along(ctx, backwards, axis, size, count), dtype=ir_dtype(torch.int64))
+    last = as_dtype(ctx, size - 1, torch.int64)
+    return ctx.emit(Binary, op=BinaryOp.Sub, a=last, b=mirrored)
+
+
+def _bind_sorted(ctx, node, args, descending: bool, count: int) -> None:
+    """Values and indices, each computed only when used; values read through the
+    indices when both are, so that the two agree."""
+    axis, size = _axis_and_size(args)
+    used = used_outputs(node)
+    if 1 in used:
+        order = _order(ctx, args, descending, count)
+        ctx.bind(node, order, index=1)
+        if 0 in used:
+            ctx.bind(node, ctx.emit(TakeAlongAxis, x=ctx.tensor(args.self), indices=order, axis=axis), index=0)
+        return
+    ascending = ctx.emit(Sort, x=ctx.tensor(args.self), axis=axis)
+    if descending:  # read backwards: NaN, sorted last, comes first as in PyTorch
+        ctx.bind(node, reversed_along(ctx, ascending, axis, size, count), index=0)
+    elif count < size:
+        ctx.bind(node, ctx.emit(Slice, x=ascending, axis=axis, start=int_or_slot(0), stop=int_or_slot(count), step=1), index=0)
+    else:
+        ctx.bind(node, ascending, index=0)
+
+
+@lowers("aten::sort", check=_check_sortable)
+def _lower_sort(ctx, node, args):
+    _bind_sorted(ctx, node, args, bool(args.descending), _axis_and_size(args)[1])
 
 
 def _check_topk(node, args):
@@ -47,15 +90,9 @@ def _check_topk(node, args):
         return "topk with sorted=False (PyTorch returns the values in an order of its own)"
     if not isinstance(args.k, int):
         return "topk of a dynamic count"
-    return _check_sorted_values(node, args)
+    return _check_sortable(node, args)
 
 
 @lowers("aten::topk", check=_check_topk)
 def _lower_topk(ctx, node, args):
-    axis, size = _axis_and_size(args)
-    ascending = ctx.emit(Sort, x=ctx.tensor(args.self), axis=axis)
-    if args.largest:
-        out = reversed_along(ctx, ascending, axis, size, args.k)
-    else:
-        out = ctx.emit(Slice, x=ascending, axis=axis, start=int_or_slot(0), stop=int_or_slot(args.k), step=1)
-    ctx.bind(node, out, index=0)
+    _bind_sorted(ctx, node, args, bool(args.largest), args.k)

@@ -41,6 +41,9 @@ struct MatmulBuilder;
 struct Addmm;
 struct AddmmBuilder;
 
+struct GatherMm;
+struct GatherMmBuilder;
+
 struct Softmax;
 struct SoftmaxBuilder;
 
@@ -113,6 +116,9 @@ struct ScanBuilder;
 struct Sort;
 struct SortBuilder;
 
+struct ArgSort;
+struct ArgSortBuilder;
+
 struct ArgReduce;
 struct ArgReduceBuilder;
 
@@ -179,6 +185,8 @@ inline const ::flatbuffers::TypeTable *MatmulTypeTable();
 
 inline const ::flatbuffers::TypeTable *AddmmTypeTable();
 
+inline const ::flatbuffers::TypeTable *GatherMmTypeTable();
+
 inline const ::flatbuffers::TypeTable *SoftmaxTypeTable();
 
 inline const ::flatbuffers::TypeTable *LogSoftmaxTypeTable();
@@ -226,6 +234,8 @@ inline const ::flatbuffers::TypeTable *VarianceTypeTable();
 inline const ::flatbuffers::TypeTable *ScanTypeTable();
 
 inline const ::flatbuffers::TypeTable *SortTypeTable();
+
+inline const ::flatbuffers::TypeTable *ArgSortTypeTable();
 
 inline const ::flatbuffers::TypeTable *ArgReduceTypeTable();
 
@@ -786,11 +796,13 @@ enum class Op : uint8_t {
   Dequantize = 40,
   Sort = 41,
   Rope = 42,
+  ArgSort = 43,
+  GatherMm = 44,
   MIN = NONE,
-  MAX = Rope
+  MAX = GatherMm
 };
 
-inline const Op (&EnumValuesOp())[43] {
+inline const Op (&EnumValuesOp())[45] {
   static const Op values[] = {
     Op::NONE,
     Op::Unary,
@@ -834,13 +846,15 @@ inline const Op (&EnumValuesOp())[43] {
     Op::QuantizedMatmul,
     Op::Dequantize,
     Op::Sort,
-    Op::Rope
+    Op::Rope,
+    Op::ArgSort,
+    Op::GatherMm
   };
   return values;
 }
 
 inline const char * const *EnumNamesOp() {
-  static const char * const names[44] = {
+  static const char * const names[46] = {
     "NONE",
     "Unary",
     "Binary",
@@ -884,13 +898,15 @@ inline const char * const *EnumNamesOp() {
     "Dequantize",
     "Sort",
     "Rope",
+    "ArgSort",
+    "GatherMm",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameOp(Op e) {
-  if (::flatbuffers::IsOutRange(e, Op::NONE, Op::Rope)) return "";
+  if (::flatbuffers::IsOutRange(e, Op::NONE, Op::GatherMm)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesOp()[index];
 }
@@ -1065,6 +1081,14 @@ template<> struct OpTraits<etmlx_ir::Sort> {
 
 template<> struct OpTraits<etmlx_ir::Rope> {
   static const Op enum_value = Op::Rope;
+};
+
+template<> struct OpTraits<etmlx_ir::ArgSort> {
+  static const Op enum_value = Op::ArgSort;
+};
+
+template<> struct OpTraits<etmlx_ir::GatherMm> {
+  static const Op enum_value = Op::GatherMm;
 };
 
 template <bool B = false>
@@ -1673,6 +1697,81 @@ inline ::flatbuffers::Offset<Addmm> CreateAddmm(
   builder_.add_b(b);
   builder_.add_a(a);
   builder_.add_c(c);
+  return builder_.Finish();
+}
+
+struct GatherMm FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef GatherMmBuilder Builder;
+  static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
+    return GatherMmTypeTable();
+  }
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_A = 4,
+    VT_B = 6,
+    VT_RHS_INDICES = 8,
+    VT_OUT = 10
+  };
+  const etmlx_ir::Tid *a() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_A);
+  }
+  const etmlx_ir::Tid *b() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_B);
+  }
+  const etmlx_ir::Tid *rhs_indices() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_RHS_INDICES);
+  }
+  const etmlx_ir::Tid *out() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_OUT);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_A, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_B, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_RHS_INDICES, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_OUT, 4) &&
+           verifier.EndTable();
+  }
+};
+
+struct GatherMmBuilder {
+  typedef GatherMm Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_a(const etmlx_ir::Tid *a) {
+    fbb_.AddStruct(GatherMm::VT_A, a);
+  }
+  void add_b(const etmlx_ir::Tid *b) {
+    fbb_.AddStruct(GatherMm::VT_B, b);
+  }
+  void add_rhs_indices(const etmlx_ir::Tid *rhs_indices) {
+    fbb_.AddStruct(GatherMm::VT_RHS_INDICES, rhs_indices);
+  }
+  void add_out(const etmlx_ir::Tid *out) {
+    fbb_.AddStruct(GatherMm::VT_OUT, out);
+  }
+  explicit GatherMmBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<GatherMm> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<GatherMm>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<GatherMm> CreateGatherMm(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const etmlx_ir::Tid *a = nullptr,
+    const etmlx_ir::Tid *b = nullptr,
+    const etmlx_ir::Tid *rhs_indices = nullptr,
+    const etmlx_ir::Tid *out = nullptr) {
+  GatherMmBuilder builder_(_fbb);
+  builder_.add_out(out);
+  builder_.add_rhs_indices(rhs_indices);
+  builder_.add_b(b);
+  builder_.add_a(a);
   return builder_.Finish();
 }
 
@@ -3756,6 +3855,71 @@ inline ::flatbuffers::Offset<Sort> CreateSort(
   return builder_.Finish();
 }
 
+struct ArgSort FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef ArgSortBuilder Builder;
+  static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
+    return ArgSortTypeTable();
+  }
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_X = 4,
+    VT_AXIS = 6,
+    VT_OUT = 8
+  };
+  const etmlx_ir::Tid *x() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_X);
+  }
+  int32_t axis() const {
+    return GetField<int32_t>(VT_AXIS, 0);
+  }
+  const etmlx_ir::Tid *out() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_OUT);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_X, 4) &&
+           VerifyField<int32_t>(verifier, VT_AXIS, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_OUT, 4) &&
+           verifier.EndTable();
+  }
+};
+
+struct ArgSortBuilder {
+  typedef ArgSort Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_x(const etmlx_ir::Tid *x) {
+    fbb_.AddStruct(ArgSort::VT_X, x);
+  }
+  void add_axis(int32_t axis) {
+    fbb_.AddElement<int32_t>(ArgSort::VT_AXIS, axis, 0);
+  }
+  void add_out(const etmlx_ir::Tid *out) {
+    fbb_.AddStruct(ArgSort::VT_OUT, out);
+  }
+  explicit ArgSortBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<ArgSort> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<ArgSort>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<ArgSort> CreateArgSort(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const etmlx_ir::Tid *x = nullptr,
+    int32_t axis = 0,
+    const etmlx_ir::Tid *out = nullptr) {
+  ArgSortBuilder builder_(_fbb);
+  builder_.add_out(out);
+  builder_.add_axis(axis);
+  builder_.add_x(x);
+  return builder_.Finish();
+}
+
 struct ArgReduce FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef ArgReduceBuilder Builder;
   static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
@@ -4981,6 +5145,12 @@ struct Node FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const etmlx_ir::Rope *op_as_Rope() const {
     return op_type() == etmlx_ir::Op::Rope ? static_cast<const etmlx_ir::Rope *>(op()) : nullptr;
   }
+  const etmlx_ir::ArgSort *op_as_ArgSort() const {
+    return op_type() == etmlx_ir::Op::ArgSort ? static_cast<const etmlx_ir::ArgSort *>(op()) : nullptr;
+  }
+  const etmlx_ir::GatherMm *op_as_GatherMm() const {
+    return op_type() == etmlx_ir::Op::GatherMm ? static_cast<const etmlx_ir::GatherMm *>(op()) : nullptr;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -5157,6 +5327,14 @@ template<> inline const etmlx_ir::Sort *Node::op_as<etmlx_ir::Sort>() const {
 
 template<> inline const etmlx_ir::Rope *Node::op_as<etmlx_ir::Rope>() const {
   return op_as_Rope();
+}
+
+template<> inline const etmlx_ir::ArgSort *Node::op_as<etmlx_ir::ArgSort>() const {
+  return op_as_ArgSort();
+}
+
+template<> inline const etmlx_ir::GatherMm *Node::op_as<etmlx_ir::GatherMm>() const {
+  return op_as_GatherMm();
 }
 
 struct NodeBuilder {
@@ -5744,6 +5922,14 @@ inline bool VerifyOp(::flatbuffers::VerifierTemplate<B> &verifier, const void *o
       auto ptr = reinterpret_cast<const etmlx_ir::Rope *>(obj);
       return verifier.VerifyTable(ptr);
     }
+    case Op::ArgSort: {
+      auto ptr = reinterpret_cast<const etmlx_ir::ArgSort *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
+    case Op::GatherMm: {
+      auto ptr = reinterpret_cast<const etmlx_ir::GatherMm *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
     default: return true;
   }
 }
@@ -6109,7 +6295,9 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     { ::flatbuffers::ET_SEQUENCE, 0, 38 },
     { ::flatbuffers::ET_SEQUENCE, 0, 39 },
     { ::flatbuffers::ET_SEQUENCE, 0, 40 },
-    { ::flatbuffers::ET_SEQUENCE, 0, 41 }
+    { ::flatbuffers::ET_SEQUENCE, 0, 41 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 42 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 43 }
   };
   static const ::flatbuffers::TypeFunction type_refs[] = {
     etmlx_ir::UnaryTypeTable,
@@ -6153,7 +6341,9 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     etmlx_ir::QuantizedMatmulTypeTable,
     etmlx_ir::DequantizeTypeTable,
     etmlx_ir::SortTypeTable,
-    etmlx_ir::RopeTypeTable
+    etmlx_ir::RopeTypeTable,
+    etmlx_ir::ArgSortTypeTable,
+    etmlx_ir::GatherMmTypeTable
   };
   static const char * const names[] = {
     "NONE",
@@ -6198,10 +6388,12 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     "QuantizedMatmul",
     "Dequantize",
     "Sort",
-    "Rope"
+    "Rope",
+    "ArgSort",
+    "GatherMm"
   };
   static const ::flatbuffers::TypeTable tt = {
-    ::flatbuffers::ST_UNION, 43, type_codes, type_refs, nullptr, nullptr, names
+    ::flatbuffers::ST_UNION, 45, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }
@@ -6406,6 +6598,28 @@ inline const ::flatbuffers::TypeTable *AddmmTypeTable() {
   };
   static const ::flatbuffers::TypeTable tt = {
     ::flatbuffers::ST_TABLE, 6, type_codes, type_refs, nullptr, nullptr, names
+  };
+  return &tt;
+}
+
+inline const ::flatbuffers::TypeTable *GatherMmTypeTable() {
+  static const ::flatbuffers::TypeCode type_codes[] = {
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 }
+  };
+  static const ::flatbuffers::TypeFunction type_refs[] = {
+    etmlx_ir::TidTypeTable
+  };
+  static const char * const names[] = {
+    "a",
+    "b",
+    "rhs_indices",
+    "out"
+  };
+  static const ::flatbuffers::TypeTable tt = {
+    ::flatbuffers::ST_TABLE, 4, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }
@@ -6940,6 +7154,26 @@ inline const ::flatbuffers::TypeTable *ScanTypeTable() {
 }
 
 inline const ::flatbuffers::TypeTable *SortTypeTable() {
+  static const ::flatbuffers::TypeCode type_codes[] = {
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_INT, 0, -1 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 }
+  };
+  static const ::flatbuffers::TypeFunction type_refs[] = {
+    etmlx_ir::TidTypeTable
+  };
+  static const char * const names[] = {
+    "x",
+    "axis",
+    "out"
+  };
+  static const ::flatbuffers::TypeTable tt = {
+    ::flatbuffers::ST_TABLE, 3, type_codes, type_refs, nullptr, nullptr, names
+  };
+  return &tt;
+}
+
+inline const ::flatbuffers::TypeTable *ArgSortTypeTable() {
   static const ::flatbuffers::TypeCode type_codes[] = {
     { ::flatbuffers::ET_SEQUENCE, 0, 0 },
     { ::flatbuffers::ET_INT, 0, -1 },

@@ -91,6 +91,22 @@ def test_indices_provably_in_range_are_not_checked():
     assert "CheckIndex" not in lowered.nodes
 
 
+def test_positions_a_sort_returns_are_in_range_by_construction():
+    """A router's chosen experts index the experts' weights unchecked: topk over 4
+    values returns positions 0 to 3, reshaped or not. Positions from a sort over 5
+    values indexing 4 rows are checked."""
+
+    def fn(scores, weights, more):
+        chosen = torch.topk(scores, 2).indices
+        ranked = torch.sort(scores, dim=0).indices
+        return weights[chosen.reshape(-1)], more[ranked.T], weights[ranked[:2, 0]]
+
+    scores = torch.randn(5, 4)
+    scores[:, 0] = torch.tensor([4.0, 3, 0, 1, 2])  # the two lowest at rows 2 and 3
+    lowered = delegated(fn, (scores, torch.randn(4, 6), torch.randn(5, 6)))
+    assert lowered.nodes.count("CheckIndex") == 1
+
+
 def test_a_constant_index_out_of_range_is_still_checked():
     class Broken(torch.nn.Module):
         def __init__(self):

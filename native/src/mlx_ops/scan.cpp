@@ -1,4 +1,4 @@
-// Ops along one axis: Scan (inclusive running reductions) and Sort.
+// Ops along one axis: Scan (inclusive running reductions), Sort and ArgSort.
 #include <array>
 #include <utility>
 
@@ -24,11 +24,14 @@ mx::array scan(const etmlx_ir::Scan& op, Env& env) {
 
 mx::array sort(const etmlx_ir::Sort& op, Env& env) { return mx::sort(env.t(op.x()), op.axis()); }
 
+mx::array argsort(const etmlx_ir::ArgSort& op, Env& env) { return mx::argsort(env.t(op.x()), op.axis()); }
+
 }  // namespace
 
 void register_scan(Registry& r) {
   r.tensor<etmlx_ir::Scan, scan>();
   r.tensor<etmlx_ir::Sort, sort>();
+  r.tensor<etmlx_ir::ArgSort, argsort>();
   r.operations("Scan", enum_names(kScan, etmlx_ir::EnumNameScanOp));
 }
 

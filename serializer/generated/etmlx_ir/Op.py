@@ -47,6 +47,8 @@ class Op(object):
     Dequantize = 40
     Sort = 41
     Rope = 42
+    ArgSort = 43
+    GatherMm = 44
 
 def OpCreator(unionType, table):
     from flatbuffers.table import Table
@@ -178,4 +180,10 @@ def OpCreator(unionType, table):
     if unionType == Op.Rope:
         import etmlx.serializer.generated.etmlx_ir.Rope
         return etmlx.serializer.generated.etmlx_ir.Rope.RopeT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op.ArgSort:
+        import etmlx.serializer.generated.etmlx_ir.ArgSort
+        return etmlx.serializer.generated.etmlx_ir.ArgSort.ArgSortT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op.GatherMm:
+        import etmlx.serializer.generated.etmlx_ir.GatherMm
+        return etmlx.serializer.generated.etmlx_ir.GatherMm.GatherMmT.InitFromBuf(table.Bytes, table.Pos)
     return None
