@@ -43,7 +43,7 @@ def export_methods(model, max_prompt: int = 32, max_cache_len=None) -> dict:
     import torch
     from torch.export import Dim
 
-    from .windowed_cache import WindowedCausalLM, attends_through_window, windowed_attention
+    from .windowed_cache import WindowedCausalLM, attends_through_window, batched_experts, windowed_attention
 
     module = WindowedCausalLM(model, max_cache_len)
     capacity = module.capacity
@@ -56,7 +56,7 @@ def export_methods(model, max_prompt: int = 32, max_cache_len=None) -> dict:
         "decode": ((torch.zeros(1, 1, dtype=torch.long), torch.tensor([0])), (None, None)),
     }
     methods = {}
-    with windowed_attention(model), torch.no_grad(), warnings.catch_warnings():
+    with windowed_attention(model), batched_experts(model), torch.no_grad(), warnings.catch_warnings():
         # transformers' output-capturing global trips a dynamo side-effect warning
         warnings.filterwarnings("ignore", message="While compiling, we found certain side effects")
         for name, (inputs, shapes) in examples.items():

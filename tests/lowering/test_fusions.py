@@ -4,6 +4,7 @@ in test_attention.py and test_custom_ops.py.)"""
 
 import pytest
 import torch
+from fuzz.corpus import Experts
 from ruletest import delegated
 
 from etmlx.lowering.fusions import LOWERING_FUSIONS
@@ -12,7 +13,8 @@ from etmlx.serializer import node_type
 
 def test_every_lowering_fusion_is_listed_here():
     assert [fusion.NAME for fusion in LOWERING_FUSIONS] == [
-        "RMS norm -> mx.fast.rms_norm", "rotary embedding -> mx.fast.rope"
+        "RMS norm -> mx.fast.rms_norm", "rotary embedding -> mx.fast.rope",
+        "batched matmul of gathered matrices -> mx.gather_mm",
     ]
 
 
@@ -189,3 +191,31 @@ def test_partial_rotary_fuses_over_the_rotated_part():
 
     lowered = delegated(partial, (torch.randn(1, 4, 5, 2 * HEAD_DIM), torch.tensor([11])))
     assert lowered.nodes.count("Rope") == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_gathered_expert_matmuls_fuse(dtype):
+    """A mixture of experts (``fuzz.corpus.Experts``) over any number of tokens: the
+    gathers of weights are gone, one GatherMm per bmm."""
+    from torch.export import Dim
+
+    torch.manual_seed(0)
+    module = Experts().to(dtype)
+    tokens = Dim("tokens", min=1, max=64)
+    lowered = delegated(
+        module, (torch.randn(5, 16).to(dtype),), dynamic_shapes=({0: tokens},),
+        run_with=[(torch.randn(33, 16).to(dtype),), (torch.randn(1, 16).to(dtype),)],
+    )
+    assert lowered.nodes.count("GatherMm") == 2 and "Index" not in lowered.nodes and "CheckIndex" not in lowered.nodes
+
+
+def test_gathered_matmul_look_alikes_do_not_fuse():
+    """Expert ids from an input (not provably in range: gathered and checked), and a
+    gather along another dim: each stays a gather and a matmul."""
+    weights = torch.randn(4, 6, 5)
+
+    def fn(ids, x):
+        return torch.bmm(weights[ids], x), torch.bmm(weights[:, ids[:2]].transpose(0, 1), x[:2])
+
+    lowered = delegated(fn, (torch.tensor([3, 0, 3]), torch.randn(3, 5, 2)), nodes=["CheckIndex", "Index", "Matmul"])
+    assert "GatherMm" not in lowered.nodes

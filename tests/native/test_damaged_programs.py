@@ -11,7 +11,7 @@ import torch
 import etmlx
 from etmlx.runtime_shim.errors import ExecutionError, PteFormatError
 from etmlx.serializer.generated.etmlx_ir import Graph
-from fuzz.corpus import Rotary
+from fuzz.corpus import Experts, Rotary
 from lowering_harness import lower
 
 HEADER = struct.Struct("<4sIQII")
@@ -214,3 +214,25 @@ def test_a_rope_whose_operands_do_not_fit(field, value):
     for runtime in runtimes.RUNTIMES:
         with pytest.raises((PteFormatError, ExecutionError), match="rope"):
             etmlx.load(_patched(data, patch), runtime=runtime).forward(q, start)
+
+
+@pytest.mark.parametrize("field", [1, 2], ids=["weights of one dim", "float indices"])
+def test_a_gather_mm_whose_operands_do_not_fit(field):
+    """GatherMm's b must be a stack of matrices and its indices integers (then clamped
+    into the stack): a file that says otherwise fails by name on every runtime."""
+    from etmlx.serializer.generated.etmlx_ir import GatherMm
+    from etmlx.serializer.generated.etmlx_ir.Op import Op
+
+    x = torch.randn(5, 16)
+    data = lower(Experts(), (x,)).pte
+
+    def patch(body, graph):
+        node = next(graph.Nodes(i) for i in range(graph.NodesLength()) if graph.Nodes(i).OpType() == Op.GatherMm)
+        table, union = GatherMm.GatherMm(), node.Op()
+        table.Init(union.Bytes, union.Pos)
+        wrong = table.RhsIndices() if field == 1 else table.A()  # 1-D indices as b; float a as indices
+        struct.pack_into("<I", body, _field_position(table, 4 + 2 * field), wrong.Idx())
+
+    for runtime in runtimes.RUNTIMES:
+        with pytest.raises((PteFormatError, ExecutionError), match="gather_mm"):
+            etmlx.load(_patched(data, patch), runtime=runtime).forward(x)

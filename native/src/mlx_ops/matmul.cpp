@@ -18,7 +18,8 @@ mx::array addmm(const etmlx_ir::Addmm& op, Env& env) {
 }
 
 // a[i] @ b[rhs_indices[i]]; the indices are clamped into b's experts first: MLX
-// reads whatever memory an index points at.
+// reads whatever memory an index points at. MLX's CPU gather_mm takes float32 only:
+// other dtypes on the CPU gather the matrices and multiply, as the unfused graph does.
 mx::array gather_mm(const etmlx_ir::GatherMm& op, Env& env) {
   const mx::array& b = env.t(op.b());
   mx::array indices = env.t(op.rhs_indices());
@@ -34,6 +35,9 @@ mx::array gather_mm(const etmlx_ir::GatherMm& op, Env& env) {
   }
   const auto dtype = indices.dtype();
   const mx::array safe = mx::clip(indices, mx::array(0, dtype), mx::array(b.shape(0) - 1, dtype));
+  if (mx::default_device() == mx::Device::cpu && b.dtype() != mx::float32) {
+    return mx::matmul(env.t(op.a()), mx::take(b, safe, 0));
+  }
   return mx::gather_mm(env.t(op.a()), b, std::nullopt, safe);
 }
 

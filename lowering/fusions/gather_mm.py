@@ -1,0 +1,60 @@
+"""A batched matmul with one operand gathered by index from a stack of matrices,
+``bmm(x, W[ids])`` or ``bmm(W[ids], x)``, as one ``GatherMm`` node (``mx.gather_mm``).
+
+This is a mixture of experts' expert computation (transformers' ``batched_mm`` experts:
+the weights of each token's chosen experts gathered, then one matmul per token and
+expert). Written out, the gather copies a whole weight matrix per token and expert;
+``gather_mm`` reads each expert's weights in place. Matched at the ``bmm`` when ``W`` is
+(E, ., .), ``ids`` the only index, on dim 0, and provably within E: the positions a
+``topk`` or ``sort`` over E values returns (a router's chosen experts), so no run-time
+bounds check is lost. Anything else stays a gather and a matmul.
+"""
+
+from etmlx.serializer.generated.etmlx_ir import GatherMm, Transpose
+
+from ..arguments import bind
+from ..registry import is_call
+from ..rules.common import rank_of, shape_of
+from ..rules.indexing import sorted_positions_bound
+
+NAME = "batched matmul of gathered matrices -> mx.gather_mm"
+
+_SWAP_LAST = [0, 2, 1]
+
+
+def _gathered(node):
+    """``(W, ids)`` when ``node`` is ``W[ids]`` of that form, else None."""
+    if not is_call(node, "aten::index.Tensor"):
+        return None
+    gather = bind(node)
+    stack, indices = gather.self, list(gather.indices)
+    if rank_of(stack) != 3 or len(indices) != 1 or indices[0] is None or rank_of(indices[0]) != 1:
+        return None
+    bound = sorted_positions_bound(indices[0])
+    if bound is None or bound > shape_of(stack)[0]:
+        return None
+    return stack, indices[0]
+
+
+def match(ctx, node):
+    """``(x, W, ids, W_on_the_right)`` when ``node`` is such a bmm, else None."""
+    if not is_call(node, "aten::bmm"):
+        return None
+    product = bind(node)
+    for gathered_operand, other, on_the_right in ((product.mat2, product.self, True), (product.self, product.mat2, False)):
+        parts = _gathered(gathered_operand)
+        if parts is not None:
+            return other, *parts, on_the_right
+    return None
+
+
+def emit(ctx, node, parts) -> None:
+    x, stack, ids, on_the_right = parts
+    if on_the_right:  # x[i] @ W[ids[i]]
+        ctx.bind(node, ctx.emit(GatherMm, a=ctx.tensor(x), b=ctx.tensor(stack), rhsIndices=ctx.tensor(ids)))
+        return
+    # W[ids[i]] @ x[i] == (x[i]^T @ W[ids[i]]^T)^T
+    x_t = ctx.emit(Transpose, x=ctx.tensor(x), perm=_SWAP_LAST)
+    stack_t = ctx.emit(Transpose, x=ctx.tensor(stack), perm=_SWAP_LAST)
+    product = ctx.emit(GatherMm, a=x_t, b=stack_t, rhsIndices=ctx.tensor(ids))
+    ctx.bind(node, ctx.emit(Transpose, x=product, perm=_SWAP_LAST))

@@ -1,0 +1,64 @@
+"""Mixture-of-experts causal LMs through ``etmlx.causal_lm``: the router's top-k and the
+experts' matmuls (``mx.gather_mm``) run on MLX with the rest, prefill and decode, and
+compute eager PyTorch's logits (eager runs transformers' default ``grouped_mm`` experts)."""
+
+import pytest
+import runtimes
+import torch
+
+import etmlx
+from etmlx.inspection import inspect_program
+from examples import llm
+
+CAPACITY = 512
+LAYERS = 2
+PROMPT = [5, 17, 42, 8, 99, 3]
+EXPERTS = {
+    "Mixtral": dict(num_local_experts=4, num_experts_per_tok=2),
+    # shared expert with its own gate; top-k weights not renormalized
+    "Qwen2Moe": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=96, shared_expert_intermediate_size=64),
+}
+
+
+def _tiny_moe(family: str):
+    import transformers
+
+    torch.manual_seed(0)
+    config = getattr(transformers, f"{family}Config")(
+        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=LAYERS, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=CAPACITY, **EXPERTS[family],
+    )
+    model = getattr(transformers, f"{family}ForCausalLM")(config)
+    model.generation_config = transformers.GenerationConfig(
+        use_cache=True, cache_implementation="static", max_length=CAPACITY,
+        cache_config={"batch_size": 1, "max_cache_len": CAPACITY},
+    )
+    return model.eval()
+
+
+def _eager_logits(model, tokens: list) -> torch.Tensor:
+    with torch.no_grad():
+        return model(torch.tensor([tokens])).logits
+
+
+@pytest.mark.parametrize("family", EXPERTS)
+def test_mixture_of_experts_runs_on_mlx_with_eager_logits(tmp_path, family):
+    model = _tiny_moe(family)
+    default = model.config._experts_implementation
+    result = etmlx.export_methods(llm.export_methods(model), tmp_path / "moe.pte")
+    assert model.config._experts_implementation == default == "grouped_mm"  # restored after export
+    assert result.report.fully_delegated
+    for method in inspect_program(result.path)["methods"].values():
+        nodes = method["delegates"][0]["nodes"]
+        assert nodes.count("GatherMm") == 2 * LAYERS and nodes.count("ArgSort") == LAYERS
+        assert "Index" not in nodes  # no expert weights gathered per token
+
+    program = runtimes.load(result.path)
+    for prompt in (PROMPT, [7, 3] * 10):  # the prompt length is dynamic
+        logits = program.prefill(torch.tensor([prompt]), torch.arange(len(prompt)), *llm.window_inputs(len(prompt), CAPACITY))
+        torch.testing.assert_close(logits, _eager_logits(model, prompt), rtol=0, atol=1e-4)
+    program.prefill(torch.tensor([PROMPT]), torch.arange(len(PROMPT)), *llm.window_inputs(len(PROMPT), CAPACITY))
+    tokens = PROMPT + [77]  # one decode step, over the cache the prefill filled
+    step = program.decode(torch.tensor([[tokens[-1]]]), torch.tensor([len(PROMPT)]), *llm.window_inputs(len(tokens), CAPACITY))
+    torch.testing.assert_close(step[0, -1], _eager_logits(model, tokens)[0, -1], rtol=0, atol=1e-4)
+    assert llm.greedy(program, PROMPT, 12, CAPACITY) == llm.eager_greedy(model, PROMPT, 12)
