@@ -119,10 +119,10 @@ def eager_runner(model):
     return prefill, decode
 
 
-def mlx_lm_runner(model, quantize=None, group_size=64):
+def mlx_lm_runner(reference):
+    """Greedy calls of an mlx-lm model (built with the weights being compared)."""
     from mlx_lm.models.cache import make_prompt_cache
 
-    reference = mlx_lm_llama(model, quantize, group_size)
     state = {}
 
     def prefill(prompt):
@@ -179,8 +179,8 @@ def main() -> None:
             "etmlx native": time_generation(*etmlx_runner(path, "executorch", max_cache), prompt, args.new_tokens),
             "  whole cache": time_generation(*etmlx_runner(whole_cache), prompt, args.new_tokens),
             "eager PyTorch": time_generation(*eager_runner(exported), prompt, args.new_tokens),
-            "mlx-lm llama": time_generation(*mlx_lm_runner(model, args.quantize, args.group_size), prompt,
-                                            args.new_tokens),
+            "mlx-lm llama": time_generation(*mlx_lm_runner(mlx_lm_llama(model, args.quantize, args.group_size)),
+                                            prompt, args.new_tokens),
         }
         weights, cache = stored_bytes(path)
         memory = {runtime: resident_memory(path, runtime) for runtime in etmlx.RUNTIMES}

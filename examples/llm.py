@@ -24,7 +24,7 @@ MAX_CACHE = 64
 def tiny_llama(seed: int = 0, max_cache: int = MAX_CACHE, hidden: int = 64, layers: int = 2):
     """A LlamaForCausalLM with grouped-query attention (4 heads, 2 kv); by default
     2 layers of hidden size 64."""
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     config = LlamaConfig(
@@ -36,14 +36,35 @@ def tiny_llama(seed: int = 0, max_cache: int = MAX_CACHE, hidden: int = 64, laye
         num_key_value_heads=2,
         max_position_embeddings=max_cache,
     )
-    model = LlamaForCausalLM(config).eval()
+    return with_static_cache(LlamaForCausalLM(config), max_cache)
+
+
+def tiny_mixtral(seed: int = 0, max_cache: int = MAX_CACHE, hidden: int = 64, layers: int = 2, experts: int = 8):
+    """A MixtralForCausalLM (mixture of experts: each token's top 2 of ``experts``
+    SwiGLU experts of width 2 * hidden), attention as in ``tiny_llama``."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    torch.manual_seed(seed)
+    config = MixtralConfig(
+        vocab_size=128, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_cache,
+        num_local_experts=experts, num_experts_per_tok=2,
+    )
+    return with_static_cache(MixtralForCausalLM(config), max_cache)
+
+
+def with_static_cache(model, max_cache: int):
+    """``model`` in eval mode, generating over a static cache of ``max_cache`` tokens
+    (what the exports here trace)."""
+    from transformers import GenerationConfig
+
     model.generation_config = GenerationConfig(
         use_cache=True,
         cache_implementation="static",
         max_length=max_cache,
         cache_config={"batch_size": 1, "max_cache_len": max_cache},
     )
-    return model
+    return model.eval()
 
 
 def export_methods(model, max_prompt: int = 32) -> dict:

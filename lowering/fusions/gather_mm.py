@@ -36,6 +36,15 @@ def _gathered(node):
     return stack, indices[0]
 
 
+def _transposed_stack(ctx, stack):
+    """W with its matrices transposed: stored so when W is a weight (MLX's CPU gather_mm
+    runs about 1.3x faster on contiguous matrices than through a transposed view), else
+    a Transpose node."""
+    if ctx.is_constant(stack):
+        return ctx.add_constant(ctx.constant_values[stack].transpose(1, 2).contiguous())
+    return ctx.emit(Transpose, x=ctx.tensor(stack), perm=_SWAP_LAST)
+
+
 def match(ctx, node):
     """``(x, W, ids, W_on_the_right)`` when ``node`` is such a bmm, else None."""
     if not is_call(node, "aten::bmm"):
@@ -55,6 +64,6 @@ def emit(ctx, node, parts) -> None:
         return
     # W[ids[i]] @ x[i] == (x[i]^T @ W[ids[i]]^T)^T
     x_t = ctx.emit(Transpose, x=ctx.tensor(x), perm=_SWAP_LAST)
-    stack_t = ctx.emit(Transpose, x=ctx.tensor(stack), perm=_SWAP_LAST)
+    stack_t = ctx.once(("transposed stack", stack), lambda: _transposed_stack(ctx, stack))
     product = ctx.emit(GatherMm, a=x_t, b=stack_t, rhsIndices=ctx.tensor(ids))
     ctx.bind(node, ctx.emit(Transpose, x=product, perm=_SWAP_LAST))

@@ -70,6 +70,7 @@ def test_split_unbind_cat_stack(dtype):
             *x.split(2, dim=1),  # uneven: 2, 2, 1
             *x.split([1, 4], dim=-2),
             *aten.split_copy.Tensor(x, 3, 1),
+            *aten.split_with_sizes_copy(x, [1, 4], 1),  # (split and chunk become slices before to_edge)
             *x.unbind(0),
             *x.unbind(-1),
             *x.chunk(2, dim=1),

@@ -28,11 +28,7 @@ def _tiny_causal_lm(family: str):
             num_key_value_heads=2, max_position_embeddings=CAPACITY,
         )
         model = getattr(transformers, f"{family}ForCausalLM")(config)
-    model.generation_config = transformers.GenerationConfig(
-        use_cache=True, cache_implementation="static", max_length=CAPACITY,
-        cache_config={"batch_size": 1, "max_cache_len": CAPACITY},
-    )
-    return model.eval()
+    return llm.with_static_cache(model, CAPACITY)
 
 
 @pytest.mark.parametrize("family, ropes", [("Qwen3", 2 * 2), ("GPT2", 0)])

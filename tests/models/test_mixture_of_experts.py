@@ -29,11 +29,7 @@ def _tiny_moe(family: str):
         num_key_value_heads=2, max_position_embeddings=CAPACITY, **EXPERTS[family],
     )
     model = getattr(transformers, f"{family}ForCausalLM")(config)
-    model.generation_config = transformers.GenerationConfig(
-        use_cache=True, cache_implementation="static", max_length=CAPACITY,
-        cache_config={"batch_size": 1, "max_cache_len": CAPACITY},
-    )
-    return model.eval()
+    return llm.with_static_cache(model, CAPACITY)
 
 
 def _eager_logits(model, tokens: list) -> torch.Tensor:
