@@ -46,8 +46,7 @@ def lower_methods(methods: dict):
     here because the partitioner preserves no ATen op from decomposition: the calls it
     keeps whole (attention, roll) are retargeted to etmlx's own ops first.
     """
-    from executorch.exir import ExecutorchBackendConfig, to_edge
-    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
+    from executorch.exir import to_edge
 
     from etmlx.partitioner import MlxPartitioner
 
@@ -61,15 +60,51 @@ def lower_methods(methods: dict):
         for name, program in methods.items()
     }
     edge = to_edge(retargeted).to_backend(partitioner)
-    # Buffers MLX declined stay with ExecuTorch, which drops their initial values unless
-    # named to this pass; delegated buffers carry their own in the payload.
-    kept = {
-        target
-        for name in methods
-        for target in edge.exported_program(name).graph_signature.buffers_to_mutate.values()
-    }
-    config = ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(sorted(kept))])
-    return edge.to_executorch(config), partitioner.report
+    for name in methods:
+        _keep_initial_values(edge.exported_program(name))
+        _rename_inputs_named_like_state(edge.exported_program(name))
+    return edge.to_executorch(), partitioner.report
+
+
+def _keep_initial_values(program) -> None:
+    """Mutable buffers MLX declined stay with ExecuTorch, which drops their initial
+    values unless their placeholders carry ``et_init_buffer`` (delegated buffers carry
+    their own in the payload). Set here on exactly those placeholders: ExecuTorch's
+    ``InitializedMutableBufferPass`` matches names by substring, and so also marked a
+    user input named like a buffer (``scale`` for buffer ``scale``, placeholder
+    ``b_scale``), whose program then lost the buffer's updates without an error."""
+    signature = program.graph_signature
+    mutated = set(signature.buffers_to_mutate.values())
+    names = {name for name, target in signature.inputs_to_buffers.items() if target in mutated}
+    for node in program.graph.nodes:
+        if node.op == "placeholder" and node.name in names:
+            node.meta["et_init_buffer"] = True
+
+
+def _rename_inputs_named_like_state(program) -> None:
+    """Renames method inputs that share a name with a buffer or weight (``forward(self,
+    x, scale)`` next to buffer ``scale``). ExecuTorch's write-back of mutated buffers
+    looks placeholders up by buffer name and by input name in one table, so such an
+    input took the buffer's place: the update was written into the input and the buffer
+    kept its old value, with no error. A method's input names are not in the .pte."""
+    from torch.export.graph_signature import InputKind, TensorArgument
+
+    signature = program.graph_signature
+    state = {spec.target for spec in signature.input_specs if spec.kind is not InputKind.USER_INPUT}
+    taken = {node.name for node in program.graph.nodes} | state
+    placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
+    for spec in signature.input_specs:
+        if spec.kind is not InputKind.USER_INPUT or not isinstance(spec.arg, TensorArgument):
+            continue
+        if spec.arg.name not in state:
+            continue
+        new = f"{spec.arg.name}_input"
+        while new in taken:
+            new += "_"
+        taken.add(new)
+        placeholders[spec.arg.name].name = new
+        spec.arg = TensorArgument(name=new)
+    program.graph_module.recompile()
 
 
 def to_executorch(module, example_inputs, dynamic_shapes=None):

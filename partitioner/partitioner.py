@@ -5,7 +5,7 @@ import operator
 
 import torch
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
-from executorch.exir.backend.utils import tag_constant_data, tag_mutated_buffer
+from executorch.exir.backend.utils import tag_constant_data
 from torch.export import ExportedProgram
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
@@ -93,5 +93,32 @@ class MlxPartitioner(Partitioner):
                 node.meta["delegation_tag"] = tag
             tags[tag] = self.delegation_spec
         tag_constant_data(exported_program)
-        tag_mutated_buffer(exported_program)
+        _tag_mutated_buffers(exported_program)
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
+
+
+def _tag_mutated_buffers(program: ExportedProgram) -> None:
+    """Moves each mutable buffer into the delegate that reads it and computes its new
+    value, when one delegate does both; a buffer that more than one delegate (or the
+    CPU fallback) reads or writes stays with ExecuTorch, which passes it to each.
+
+    ExecuTorch's ``tag_mutated_buffer`` gives a buffer read by several delegates to one
+    of them even when another computes its update, and ``to_backend`` then fails on a
+    buffer output that points to no buffer (an LLM whose per-layer cache position is
+    written once and read by every layer, split by one declined call)."""
+    signature = program.graph_signature
+    buffer_of_input = signature.inputs_to_buffers
+    updated_by = {}  # buffer target -> the node computing its new value
+    output = program.graph.output_node()
+    for value in output.args[0]:
+        target = signature.buffers_to_mutate.get(getattr(value, "name", None))
+        if target is not None:
+            updated_by[target] = value
+    for node in program.graph.nodes:
+        target = buffer_of_input.get(node.name) if node.op == "placeholder" else None
+        if target not in updated_by:
+            continue
+        parties = list(node.users) + [updated_by[target]]
+        tags = {party.meta.get("delegation_tag") for party in parties if party is not output}
+        if len(tags) == 1 and None not in tags:
+            node.meta["delegation_tag"] = tags.pop()

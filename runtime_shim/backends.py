@@ -16,7 +16,7 @@ as ExecuTorch passes them: tensors as ``TensorValue`` (write outputs in place wi
 """
 
 import importlib
-from typing import Callable, Protocol
+from typing import Callable, Optional, Protocol
 
 from .errors import BackendError
 from .pte_file import NamedDataLookup
@@ -24,7 +24,9 @@ from .state import ProgramState
 
 
 class DelegateHandle(Protocol):
-    def execute(self, args: list) -> None: ...
+    def execute(self, args: list) -> Optional[dict]:
+        """Runs on ``args`` (inputs, then outputs written in place); returns the integer
+        outputs by argument position, for the plan to store, or None."""
 
 
 BackendFactory = Callable[[memoryview, dict, NamedDataLookup, ProgramState], DelegateHandle]

@@ -126,12 +126,19 @@ class MlxDelegate:
         checks += [mx.array(size, dtype=mx.int64) for op, (_, size) in zip(self._check_ops, env.checks) if op.size.isSlot]
         return outputs, [env.tensors[slot] for _, slot in self._buffer_updates], checks
 
-    def execute(self, args: list) -> None:
-        """ExecuTorch's calling convention: inputs, then outputs to write in place."""
+    def execute(self, args: list) -> dict:
+        """ExecuTorch's calling convention: inputs, then outputs to write in place.
+        Returns the integer outputs (a size passed on to another delegate), by argument
+        position: the plan stores those, ints have no place to write to."""
         inputs = [arg.to_mx() if hasattr(arg, "to_mx") else arg for arg in args[: self.num_inputs]]
         outputs = self.run(inputs)
-        for target, value in zip(args[self.num_inputs :], outputs):
-            target.set_mx(value)
+        sizes = {}
+        for position, (target, value) in enumerate(zip(args[self.num_inputs :], outputs), self.num_inputs):
+            if isinstance(value, int):
+                sizes[position] = value
+            else:
+                target.set_mx(value)
+        return sizes
 
 
 @contextlib.contextmanager

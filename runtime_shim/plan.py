@@ -50,7 +50,13 @@ class MethodRunner:
         if isinstance(ins, t.DelegateCall):
             handle = self._delegates[ins.delegate_index]
             args = ins.args
-            return lambda: handle.execute([_delegate_arg(values, values[i]) for i in args])
+
+            def delegate_call():
+                sizes = handle.execute([_delegate_arg(values, values[i]) for i in args]) or {}
+                for position, size in sizes.items():
+                    values[args[position]] = size
+
+            return delegate_call
         if isinstance(ins, t.MoveCall):
 
             def move():

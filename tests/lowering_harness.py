@@ -44,6 +44,17 @@ class Lowered:
         return self.inspect["methods"]["forward"]["delegates"]
 
 
+class Fn(torch.nn.Module):
+    """A module whose forward is ``fn``: one tiny model per test case."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
 def lower(module, inputs, dynamic_shapes=None) -> Lowered:
     program, report = to_executorch(module, inputs, dynamic_shapes)
     pte = program.buffer

@@ -9,7 +9,7 @@ against eager, on every runtime.
 
 import pytest
 import torch
-from lowering_harness import Lowered, assert_close, check_parity, lower
+from lowering_harness import Fn, Lowered, assert_close, check_parity, lower
 
 import etmlx.lowering.rules  # noqa: F401  (registers every rule)
 from etmlx.inspection import inspect_program
@@ -36,17 +36,6 @@ def _dtype_id(dtype) -> str:
 
 # Operators some test in this session saw lowered, for the per-family coverage tests.
 DELEGATED: set = set()
-
-
-class Fn(torch.nn.Module):
-    """A module whose forward is ``fn``: one tiny model per test case."""
-
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
 
 
 def _module(module_or_fn):

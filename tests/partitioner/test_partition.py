@@ -6,7 +6,7 @@ import torch
 
 import etmlx
 from etmlx.runtime_shim.errors import PteFormatError
-from lowering_harness import assert_close, check_parity, lower
+from lowering_harness import Fn, assert_close, check_parity, lower
 
 
 class DeclinedInTheMiddle(torch.nn.Module):
@@ -41,6 +41,55 @@ def test_partial_delegation_runs_and_is_reported():
     (reason,) = lowered.report.operators["aten::sort"].declined
     assert "float64" in reason[1]
     assert "aten::sort" in lowered.report.summary()
+
+
+class ReadAroundADeclinedCall(torch.nn.Module):
+    """A buffer read on both sides of a declined call and written after it: two MLX
+    delegates read it, the second computes its new value (an LLM's cache position, read
+    by every layer, with one layer's call declined)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("scale", torch.zeros(1))
+
+    def forward(self, x, scale):
+        h = torch.sort((x * self.scale).double(), -1).values.float()  # float64: declined
+        out = h + self.scale
+        self.scale.copy_(scale * 2)  # an input named like the buffer, too
+        return out
+
+
+def test_a_buffer_several_delegates_share_stays_with_executorch():
+    """ExecuTorch's own tagging gave the buffer to the first delegate while the second
+    wrote it: every call after the first computed with a stale value, silently. The
+    buffer now stays outside both delegates, which read it as an input."""
+    module, lowered_from = ReadAroundADeclinedCall(), ReadAroundADeclinedCall()
+    x = torch.randn(2, 4)
+    lowered = lower(lowered_from, (x, torch.tensor([3.0])))
+    assert len(lowered.delegates) == 2 and not any(d.get("buffers") for d in lowered.delegates)
+    program = etmlx.load(lowered.pte)  # ExecuTorch's kernel library cannot write it back (no copy_)
+    for scale in (3.0, 1.0, -2.0):
+        assert_close(program.forward(x, torch.tensor([scale])), module(x, torch.tensor([scale])))
+    with pytest.raises(PteFormatError, match="no kernel for aten::copy_"):
+        etmlx.load(lowered.pte, runtime="executorch")
+
+
+def test_a_size_passed_from_one_delegate_to_another():
+    """The row count, read in the first delegate, also shapes the second one's reshape:
+    the first returns it as an integer, which the Python runtime's plan now stores."""
+    from torch.export import Dim
+
+    def fn(x):
+        rows = x.shape[0]
+        h = torch.sort((x * rows).double(), -1).values.float()  # float64: declined
+        return h.reshape(rows * 2, -1) + rows
+
+    lowered = lower(Fn(fn), (torch.randn(4, 6),), {"args": ({0: Dim("rows", min=2, max=16)},)})
+    assert "SymSize" in lowered.delegates[0]["nodes"] and "SymSize" not in lowered.delegates[1]["nodes"]
+    program = etmlx.load(lowered.pte)
+    for rows in (4, 7):
+        x = torch.randn(rows, 6)
+        assert_close(program.forward(x), fn(x))
 
 
 class Counter(torch.nn.Module):
