@@ -11,7 +11,6 @@ and keep the dims symbolic.
 import operator
 
 import torch
-from torch import fx
 
 from etmlx.lowering.arguments import bind
 

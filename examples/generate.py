@@ -1,10 +1,11 @@
-"""Greedy generation on MLX with a KV cache: a tiny Hugging Face Llama exported to one
-.pte with ``prefill`` and ``decode`` methods, compared token for token with eager
-PyTorch's greedy generation of the same model. With ``--quantize int4`` (or int8) the
-weights are quantized first (torchao, weight-only) and run on MLX's quantized kernels;
-the reference is then the quantized model in eager PyTorch.
+"""Greedy generation on MLX with a KV cache: a tiny Hugging Face Llama (or, with
+``--model mixtral``, a mixture of experts) exported to one .pte with ``prefill`` and
+``decode`` methods, compared token for token with eager PyTorch's greedy generation of
+the same model. With ``--quantize int4`` (or int8) the weights of linear layers and
+embeddings are quantized first (torchao, weight-only) and run on MLX's quantized
+kernels; the reference is then the quantized model in eager PyTorch.
 
-    python examples/generate.py [--new-tokens 32] [--runtime executorch] [--quantize int4]
+    python examples/generate.py [--model mixtral] [--new-tokens 32] [--runtime executorch] [--quantize int4]
 """
 
 import argparse
@@ -20,20 +21,23 @@ import torch  # noqa: E402
 import llm  # noqa: E402
 
 PROMPT = [5, 17, 42, 8, 99, 3]
+MODELS = {"llama": llm.tiny_llama, "mixtral": llm.tiny_mixtral}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--model", choices=MODELS, default="llama")
     parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--output", default=os.path.join("out", "tiny_llama.pte"))
+    parser.add_argument("--output", help="where to write the .pte (default out/tiny_<model>.pte)")
     parser.add_argument("--runtime", choices=etmlx.RUNTIMES, default="python",
                         help="etmlx's Python runtime, or ExecuTorch's C++ runtime with the native backend")
     parser.add_argument("--quantize", choices=("int4", "int8"), help="quantize the weights first (torchao weight-only)")
     parser.add_argument("--group-size", type=int, default=32, help="values per quantization group (default 32)")
     args = parser.parse_args()
+    args.output = args.output or os.path.join("out", f"tiny_{args.model}.pte")
     os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
 
-    model = llm.tiny_llama()
+    model = MODELS[args.model]()
     if args.quantize:
         from etmlx.quantization import quantized_copy
 
