@@ -47,6 +47,7 @@ def lower_methods(methods: dict):
     keeps whole (attention, roll) are retargeted to etmlx's own ops first.
     """
     from executorch.exir import to_edge
+    from torch._export.verifier import SpecViolationError
 
     from etmlx.partitioner import MlxPartitioner
 
@@ -59,11 +60,27 @@ def lower_methods(methods: dict):
         name: partitioner.transform_for_pre_decomposition(split_calls_as_slices(program))
         for name, program in methods.items()
     }
-    edge = to_edge(retargeted).to_backend(partitioner)
+    try:
+        edge = to_edge(retargeted)
+    except SpecViolationError as error:
+        raise ExportError(_not_in_edge_dialect(error, partitioner.report)) from None
+    edge = edge.to_backend(partitioner)
     for name in methods:
         _keep_initial_values(edge.exported_program(name))
         _rename_inputs_named_like_state(edge.exported_program(name))
     return edge.to_executorch(), partitioner.report
+
+
+def _not_in_edge_dialect(error, report) -> str:
+    """ExecuTorch's refusal of an operator outside the core ATen opset (a stable sort
+    MLX declined, say), in one line, with MLX's reason where it declined the call."""
+    first = next((line for line in str(error).splitlines() if line.strip()), "").strip().rstrip('".')
+    reasons = [
+        f"{operator}: {reason}" for operator, entry in report.operators.items() for _, reason in entry.decomposed
+        if operator.replace("::", ".") in first
+    ]
+    because = f"; MLX declined it ({'; '.join(sorted(set(reasons)))})" if reasons else ""
+    return f"ExecuTorch cannot take this program: {first}{because}"
 
 
 def _keep_initial_values(program) -> None:

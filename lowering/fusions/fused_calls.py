@@ -9,6 +9,7 @@ MLX claims one by one. The acceptance test is the lowering rule's own check.
 """
 
 import math
+import operator
 from dataclasses import dataclass
 from typing import Callable
 
@@ -20,6 +21,7 @@ from etmlx.lowering.arguments import bind
 from etmlx.lowering.dtypes import check_dtype
 from etmlx.lowering.registry import mark_frozen_placeholders
 from etmlx.lowering.rules.attention import check_roll, check_sdpa
+from etmlx.lowering.rules.scan import check_sortable
 
 from etmlx.partitioner.report import PartitionReport
 
@@ -118,9 +120,26 @@ def _roll_rewrite(graph, node):
     return graph.call_function(torch.ops.etmlx.roll.default, _roll_args(node))
 
 
+def _check_stable_sort(node):
+    """``torch.sort(x, stable=True)`` is not core ATen, so ExecuTorch refuses it; MLX's
+    sort is stable (ties keep their order, as ``rules/scan.py`` lowers every sort)."""
+    return check_dtype(_val(bind(node).self).dtype) or check_sortable(node, bind(node))
+
+
+def _stable_sort_rewrite(graph, node):
+    args = bind(node)
+    return graph.call_function(aten.sort.default, (args.self, args.dim, args.descending))
+
+
+def _stable_argsort_rewrite(graph, node):
+    return graph.call_function(operator.getitem, (_stable_sort_rewrite(graph, node), 1))
+
+
 FUSED_OPS = [
     FusedOp(aten.scaled_dot_product_attention.default, _check_sdpa_call, _sdpa_rewrite),
     FusedOp(aten.roll.default, _check_roll_call, _roll_rewrite),
+    FusedOp(aten.sort.stable, _check_stable_sort, _stable_sort_rewrite),
+    FusedOp(aten.argsort.stable, _check_stable_sort, _stable_argsort_rewrite),
     FusedOp(aten.linear.default, quantized_weights.check_linear, quantized_weights.rewrite_linear,
             quantized_weights.reads_dequantized_weight),
     FusedOp(aten.embedding.default, quantized_weights.check_embedding, quantized_weights.rewrite_embedding,

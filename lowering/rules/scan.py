@@ -34,7 +34,7 @@ def _axis_and_size(args):
     return axis, shape_of(args.self)[axis]
 
 
-def _check_sortable(node, args):
+def check_sortable(node, args):
     if rank_of(args.self) == 0:
         return "sorting a 0-d tensor"
     if not isinstance(_axis_and_size(args)[1], int):
@@ -80,7 +80,7 @@ def _bind_sorted(ctx, node, args, descending: bool, count: int) -> None:
         ctx.bind(node, ascending, index=0)
 
 
-@lowers("aten::sort", check=_check_sortable)
+@lowers("aten::sort", check=check_sortable)
 def _lower_sort(ctx, node, args):
     _bind_sorted(ctx, node, args, bool(args.descending), _axis_and_size(args)[1])
 
@@ -90,7 +90,7 @@ def _check_topk(node, args):
         return "topk with sorted=False (PyTorch returns the values in an order of its own)"
     if not isinstance(args.k, int):
         return "topk of a dynamic count"
-    return _check_sortable(node, args)
+    return check_sortable(node, args)
 
 
 @lowers("aten::topk", check=_check_topk)

@@ -5,6 +5,8 @@ import torch
 from lowering_harness import assert_close, lower
 from ruletest import Fn, delegated, untested_rules
 
+from etmlx.errors import ExportError
+
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.bool])
 def test_cumsum(dtype):
@@ -69,6 +71,26 @@ def test_tied_values_come_lowest_index_first(dtype):
     eager = _sorts_and_tops(x)
     for output in (0, 2, 4, 6):  # the values do not depend on the order of ties
         assert_close(got[output], eager[output])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64], ids=str)
+def test_stable_sorts_are_exact(dtype):
+    """``stable=True`` orders ties by index, which is etmlx's rule for every sort: such
+    calls (not core ATen, so ExecuTorch refuses them) are taken whole."""
+    x = _with_ties_and_nan(dtype)
+
+    def fn(x):
+        return (
+            *torch.sort(x, stable=True), *torch.sort(x, dim=0, descending=True, stable=True),
+            torch.argsort(x, stable=True), torch.argsort(x, dim=-1, descending=True, stable=True),
+        )
+
+    delegated(fn, (x,), nodes=["ArgSort"])
+
+
+def test_a_stable_sort_mlx_declines_is_one_clear_error():
+    with pytest.raises(ExportError, match=r"aten.sort.stable is not in Core ATen.*MLX declined it .*float64"):
+        lower(Fn(lambda x: torch.sort(x, stable=True).indices), (torch.randn(3, 4, dtype=torch.float64),))
 
 
 def test_every_scan_rule_is_tested(whole_file):
