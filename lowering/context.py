@@ -33,6 +33,7 @@ class LoweringContext:
         self.graph.inputs, self.graph.outputs = [], []
         self.graph.constants, self.graph.buffers, self.graph.nodes = [], [], []
         self._store = named_data_store
+        self._bytes: dict = {}  # named-data key -> the bytes, stored by ``store_named_data``
         self._tensors: dict = {}  # fx node (or (node, index)) -> TidT
         self._ints: dict = {}  # fx node -> IntOrSlotT
         self.constant_values: dict = {}  # fx node -> torch.Tensor
@@ -131,6 +132,13 @@ class LoweringContext:
         self.graph.constants.append(self._named_tensor(ref, value))
         return ref
 
+    def store_named_data(self) -> None:
+        """Writes the bytes of the constants and buffers the graph holds, once it is
+        final: a weight a fusion replaced (the expert stacks ``gather_mm`` stores
+        transposed, say) is then not written into the .pte as well."""
+        for named in list(self.graph.constants) + [buffer.initial for buffer in self.graph.buffers]:
+            self._store.add_named_data(named.key, self._bytes[named.key])
+
     def add_buffer(self, node: fx.Node, name: str, initial: torch.Tensor) -> None:
         ref = self.new_tensor()
         buffer = MutableBuffer.MutableBufferT()
@@ -146,7 +154,7 @@ class LoweringContext:
     def _named_tensor(self, ref: TidT, value: torch.Tensor):
         data = tensor_bytes(value)
         key = constant_key(data)
-        self._store.add_named_data(key, data)
+        self._bytes[key] = data
         named = NamedTensor.NamedTensorT()
         named.slot, named.key = ref.idx, key
         named.dtype, named.shape = ir_dtype(value.dtype), list(value.shape)

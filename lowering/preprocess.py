@@ -62,6 +62,7 @@ def lower_program(program: ExportedProgram, store: NamedDataStore):
         elif node.op == "output":
             _lower_outputs(ctx, program, node, placeholders)
     remove_dead_nodes(ctx.graph)
+    ctx.store_named_data()
     return ctx.graph
 
 

@@ -207,6 +207,9 @@ def test_gathered_expert_matmuls_fuse(dtype):
         run_with=[(torch.randn(33, 16).to(dtype),), (torch.randn(1, 16).to(dtype),)],
     )
     assert lowered.nodes.count("GatherMm") == 2 and "Index" not in lowered.nodes and "CheckIndex" not in lowered.nodes
+    weights = sum(p.numel() * p.element_size() for p in module.parameters())
+    stored = sum(lowered.inspect["named_data"].values())
+    assert weights <= stored < 1.1 * weights  # each stack once (one of them transposed), not also as gathered
 
 
 def test_gathered_matmul_look_alikes_do_not_fuse():
