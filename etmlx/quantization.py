@@ -3,6 +3,7 @@ applied for the user before export, in the form etmlx lowers to MLX's quantized
 kernels (``lowering/rules/quantized.py``)."""
 
 import copy
+import types
 
 from .errors import ExportError
 
@@ -25,7 +26,9 @@ def quantized_copy(module, scheme: str, group_size=64, embeddings: bool = True):
     kinds = (torch.nn.Linear, torch.nn.Embedding) if embeddings else (torch.nn.Linear,)
     quantized = copy.deepcopy(module)
     names = []
-    for name, layer in quantized.named_modules():
+    for name, layer in list(quantized.named_modules()):
+        if _is_experts(layer):
+            names += [f"{name}.{stack}".lstrip(".") for stack in _quantize_expert_stacks(layer, scheme, group_size)]
         if not isinstance(layer, kinds):
             continue
         columns = layer.weight.shape[1]
@@ -36,3 +39,58 @@ def quantized_copy(module, scheme: str, group_size=64, embeddings: bool = True):
         quantize_(layer, config, filter_fn=lambda candidate, _: candidate is layer)
         names.append(name)
     return quantized, names
+
+
+# The stacks of expert matrices (experts, out, in) of transformers' mixture-of-experts
+# modules (those its ``use_experts_implementation`` sets ``has_gate`` on).
+EXPERT_STACKS = ("gate_up_proj", "up_proj", "down_proj")
+
+
+def _is_experts(layer) -> bool:
+    import torch
+
+    return hasattr(layer, "has_gate") and any(isinstance(getattr(layer, n, None), torch.nn.Parameter) for n in EXPERT_STACKS)
+
+
+def _quantize_expert_stacks(layer, scheme: str, group_size) -> list:
+    """Quantizes ``layer``'s expert stacks as torchao quantizes a linear layer's rows (per
+    group of ``group_size`` values along the last dim), kept as int8 values, scales and
+    zero points; reading the stack (``layer.gate_up_proj``) dequantizes it with torchao,
+    so the traced graph shows ``dequantize_affine(...)[ids]``, which etmlx lowers to
+    ``mx.gather_qmm``. Returns the names of the stacks quantized."""
+    import torch
+    from torchao.quantization import IntxUnpackedToInt8Tensor
+
+    stacks = {}
+    for stack in EXPERT_STACKS:
+        weight = getattr(layer, stack, None)
+        if not isinstance(weight, torch.nn.Parameter) or weight.dim() != 3:
+            continue
+        group = weight.shape[-1] if group_size is None else group_size
+        if weight.shape[-1] % group:
+            continue  # rows that do not divide into groups stay float
+        q = IntxUnpackedToInt8Tensor.from_hp(weight.detach(), [1, 1, group], getattr(torch, scheme))
+        del layer._parameters[stack]
+        for part in ("qdata", "scale", "zero_point"):
+            layer.register_buffer(f"{stack}_{part}", getattr(q, part))
+        stacks[stack] = (group, 4 if scheme == "int4" else 8)
+    if stacks:
+        layer._quantized_stacks = stacks
+        layer.__class__ = _dequantizing(type(layer))
+    return list(stacks)
+
+
+def _dequantizing(cls):
+    """``cls`` with its quantized expert stacks read back dequantized."""
+
+    def __getattr__(self, name):
+        stacks = self.__dict__.get("_quantized_stacks", {})
+        if name not in stacks:
+            return cls.__getattr__(self, name)
+        from etmlx.lowering.custom_ops import _dequantize
+
+        group, bits = stacks[name]
+        parts = (getattr(self, f"{name}_{part}") for part in ("qdata", "scale", "zero_point"))
+        return _dequantize(*parts, group, bits)
+
+    return types.new_class(f"Quantized{cls.__name__}", (cls,), exec_body=lambda ns: ns.update(__getattr__=__getattr__))

@@ -84,21 +84,25 @@ class Rotary(torch.nn.Module):
 class Experts(torch.nn.Module):
     """A mixture of experts as transformers' ``batched_mm`` computes it: each token's top-2
     experts' weights gathered, one matmul per token and expert, in both orientations
-    (two GatherMm nodes, an ArgSort). The router runs in float32, as transformers' do:
-    in half precision its probabilities tie often, and PyTorch orders ties its own way."""
+    (two GatherMm nodes, an ArgSort; GatherQmm once ``quantized_copy`` quantized the
+    stacks, which it finds by transformers' names and ``has_gate``). The router runs in
+    float32, as transformers' do: in half precision its probabilities tie often, and
+    PyTorch orders ties its own way."""
+
+    has_gate = False
 
     def __init__(self, experts=4, dim=16, hidden=24):
         super().__init__()
         self.router = torch.nn.Linear(dim, experts, bias=False)
-        self.up = torch.nn.Parameter(torch.randn(experts, hidden, dim) / 4)  # (E, out, in)
-        self.down = torch.nn.Parameter(torch.randn(experts, hidden, dim) / 4)  # (E, in, out)
+        self.up_proj = torch.nn.Parameter(torch.randn(experts, hidden, dim) / 4)  # (E, out, in)
+        self.down_proj = torch.nn.Parameter(torch.randn(experts, hidden, dim) / 4)  # (E, in, out)
 
     def forward(self, x):
         weights, chosen = torch.topk(self.router(x).float().softmax(-1), 2)
         ids = chosen.reshape(-1)
         tokens = x.unsqueeze(1).expand(-1, 2, -1).reshape(-1, x.shape[-1])
-        h = torch.bmm(self.up[ids], tokens.unsqueeze(-1)).squeeze(-1).relu()  # W[ids] @ x
-        out = torch.bmm(h.unsqueeze(1), self.down[ids]).squeeze(1)  # x @ W[ids]
+        h = torch.bmm(self.up_proj[ids], tokens.unsqueeze(-1)).squeeze(-1).relu()  # W[ids] @ x
+        out = torch.bmm(h.unsqueeze(1), self.down_proj[ids]).squeeze(1)  # x @ W[ids]
         return (out.view(-1, 2, x.shape[-1]) * weights.to(x.dtype).unsqueeze(-1)).sum(1)
 
 
@@ -113,6 +117,7 @@ def _factories():
     yield "sorts_and_scatters", _SortsAndScatters(), (torch.randn(3, 6), torch.tensor([[0, 7, 7]] * 3)), None
     yield "rotary", Rotary(), (torch.randn(1, 2, 3, 8), torch.tensor([5])), None
     yield "experts", Experts(), (torch.randn(5, 16),), None
+    yield "quantized_experts", quantized_copy(Experts(dim=32), "int4", 32)[0], (torch.randn(5, 32),), None
 
 
 def build(directory: pathlib.Path) -> list:

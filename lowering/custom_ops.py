@@ -47,8 +47,9 @@ def _dequantize(qdata, scale, zero_point, group_size: int, bits: int) -> torch.T
     import torchao  # noqa: F401  (registers torch.ops.torchao)
 
     low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    block = [1] * (qdata.dim() - 1) + [group_size]
     return torch.ops.torchao.dequantize_affine(
-        qdata, [1, group_size], scale, zero_point, torch.int8, low, high, output_dtype=scale.dtype
+        qdata, block, scale, zero_point, torch.int8, low, high, output_dtype=scale.dtype
     )
 
 
@@ -88,3 +89,22 @@ def quantized_embedding(
 @quantized_embedding.register_fake
 def _(qdata, scale, zero_point, indices, group_size, bits):
     return scale.new_empty((*indices.shape, qdata.shape[1]))
+
+
+@torch.library.custom_op("etmlx::quantized_stack_take", mutates_args=())
+def quantized_stack_take(
+    qdata: torch.Tensor,
+    scale: torch.Tensor,
+    zero_point: Optional[torch.Tensor],
+    indices: torch.Tensor,
+    group_size: int,
+    bits: int,
+) -> torch.Tensor:
+    """``dequantize_affine(qdata, ...)[indices]``: matrices of a stack (E, N, K), rows
+    quantized as above, picked by index (a mixture of experts' chosen experts)."""
+    return _dequantize(qdata, scale, zero_point, group_size, bits)[indices]
+
+
+@quantized_stack_take.register_fake
+def _(qdata, scale, zero_point, indices, group_size, bits):
+    return scale.new_empty((*indices.shape, *qdata.shape[1:]))

@@ -30,7 +30,7 @@ MAGIC = b"EMLX"
 # 1: the first format. 2: CheckIndex (bounds-checked run-time indices). 3: quantized
 # weights (QuantizedMatmul, Dequantize), Unary/Binary ops from IsNan to Atan2, and Sort.
 # 4: Rope (rotary embeddings fused into mx.fast.rope), IndexPut's `reduce`.
-# 5: ArgSort (sort and topk indices), GatherMm (mixture-of-experts matmuls).
+# 5: ArgSort (sort and topk indices), GatherMm and GatherQmm (mixture-of-experts matmuls).
 FORMAT_VERSION = 5
 _HEADER = struct.Struct("<4sIQII")
 HEADER_SIZE = _HEADER.size

@@ -144,6 +144,8 @@ FUSED_OPS = [
             quantized_weights.reads_dequantized_weight),
     FusedOp(aten.embedding.default, quantized_weights.check_embedding, quantized_weights.rewrite_embedding,
             quantized_weights.reads_dequantized_weight),
+    FusedOp(aten.index.Tensor, quantized_weights.check_stack_take, quantized_weights.rewrite_stack_take,
+            quantized_weights.reads_dequantized_stack),
 ]
 
 

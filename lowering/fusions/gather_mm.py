@@ -1,5 +1,7 @@
 """A batched matmul with one operand gathered by index from a stack of matrices,
-``bmm(x, W[ids])`` or ``bmm(W[ids], x)``, as one ``GatherMm`` node (``mx.gather_mm``).
+``bmm(x, W[ids])`` or ``bmm(W[ids], x)``, as one ``GatherMm`` node (``mx.gather_mm``),
+or ``GatherQmm`` (``mx.gather_qmm``) when the stack is quantized (``W[ids]`` is then
+``etmlx::quantized_stack_take``, see ``fusions/quantized_weights.py``).
 
 This is a mixture of experts' expert computation (transformers' ``batched_mm`` experts:
 the weights of each token's chosen experts gathered, then one matmul per token and
@@ -10,12 +12,17 @@ expert). Written out, the gather copies a whole weight matrix per token and expe
 bounds check is lost. Anything else stays a gather and a matmul.
 """
 
-from etmlx.serializer.generated.etmlx_ir import GatherMm, Transpose
+from torch import fx
+
+from etmlx.serializer.generated.etmlx_ir import GatherMm, GatherQmm, Transpose
 
 from ..arguments import bind
 from ..registry import is_call
-from ..rules.common import rank_of, shape_of
+from ..rules.common import dtype_of, rank_of, shape_of
 from ..rules.indexing import sorted_positions_bound
+from ..rules.quantized import packed_weight
+
+QUANTIZED_TAKE = "etmlx::quantized_stack_take"
 
 NAME = "batched matmul of gathered matrices -> mx.gather_mm"
 
@@ -23,17 +30,24 @@ _SWAP_LAST = [0, 2, 1]
 
 
 def _gathered(node):
-    """``(W, ids)`` when ``node`` is ``W[ids]`` of that form, else None."""
-    if not is_call(node, "aten::index.Tensor"):
+    """``(W, ids)`` when ``node`` is ``W[ids]`` of that form (W a quantized stack's
+    ``quantized_stack_take`` arguments), else None."""
+    if is_call(node, QUANTIZED_TAKE):
+        take = bind(node)
+        stack, indices = take.qdata, [take.indices]
+        parts = take
+    elif is_call(node, "aten::index.Tensor"):
+        gather = bind(node)
+        stack, indices = gather.self, list(gather.indices)
+        parts = stack
+    else:
         return None
-    gather = bind(node)
-    stack, indices = gather.self, list(gather.indices)
     if rank_of(stack) != 3 or len(indices) != 1 or indices[0] is None or rank_of(indices[0]) != 1:
         return None
     bound = sorted_positions_bound(indices[0])
     if bound is None or bound > shape_of(stack)[0]:
         return None
-    return stack, indices[0]
+    return parts, indices[0]
 
 
 def _transposed_stack(ctx, stack):
@@ -59,6 +73,9 @@ def match(ctx, node):
 
 def emit(ctx, node, parts) -> None:
     x, stack, ids, on_the_right = parts
+    if not isinstance(stack, fx.Node):  # a quantized stack's arguments
+        _emit_quantized(ctx, node, x, stack, ids, on_the_right)
+        return
     if on_the_right:  # x[i] @ W[ids[i]]
         ctx.bind(node, ctx.emit(GatherMm, a=ctx.tensor(x), b=ctx.tensor(stack), rhsIndices=ctx.tensor(ids)))
         return
@@ -66,4 +83,16 @@ def emit(ctx, node, parts) -> None:
     x_t = ctx.emit(Transpose, x=ctx.tensor(x), perm=_SWAP_LAST)
     stack_t = ctx.once(("transposed stack", stack), lambda: _transposed_stack(ctx, stack))
     product = ctx.emit(GatherMm, a=x_t, b=stack_t, rhsIndices=ctx.tensor(ids))
+    ctx.bind(node, ctx.emit(Transpose, x=product, perm=_SWAP_LAST))
+
+
+def _emit_quantized(ctx, node, x, take, ids, on_the_right) -> None:
+    """Quantized rows run along a matrix's last dim: W[ids] @ x is x^T times W
+    transposed, MLX's natural layout; x @ W[ids] multiplies by W as it is."""
+    packed = ctx.once(("packed stack", take.qdata), lambda: packed_weight(ctx, take, dtype_of(take.scale)))
+    if on_the_right:
+        ctx.bind(node, ctx.emit(GatherQmm, x=ctx.tensor(x), rhsIndices=ctx.tensor(ids), transpose=False, **packed))
+        return
+    x_t = ctx.emit(Transpose, x=ctx.tensor(x), perm=_SWAP_LAST)
+    product = ctx.emit(GatherQmm, x=x_t, rhsIndices=ctx.tensor(ids), transpose=True, **packed)
     ctx.bind(node, ctx.emit(Transpose, x=product, perm=_SWAP_LAST))

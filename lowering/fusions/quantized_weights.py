@@ -1,6 +1,8 @@
-"""Linear and embedding layers over torchao's ``dequantize_affine`` weights, retargeted
-before decomposition to ``etmlx::quantized_linear`` / ``etmlx::quantized_embedding``
-(MLX's quantized kernels; lowering/rules/quantized.py repacks the weights at export).
+"""Linear and embedding layers over torchao's ``dequantize_affine`` weights, and matrices
+picked from a quantized stack (experts), retargeted before decomposition to
+``etmlx::quantized_linear`` / ``etmlx::quantized_embedding`` /
+``etmlx::quantized_stack_take`` (MLX's quantized kernels; lowering/rules/quantized.py
+repacks the weights at export).
 
 The weight's parts reach the traced graph either as plain parameters (a model whose
 tensor subclasses were unwrapped) or through ``access_subclass_inner_tensor`` on the
@@ -52,7 +54,7 @@ def _parts(dequantize: fx.Node) -> tuple:
     """(qdata, scale, zero_point) and (group_size, bits) of an accepted weight."""
     weight = bind(dequantize)
     bits = bits_of(weight.quant_min, weight.quant_max)
-    return (weight.input, weight.scale, weight.zero_point), (weight.block_size[1], bits)
+    return (weight.input, weight.scale, weight.zero_point), (weight.block_size[-1], bits)
 
 
 def reads_dequantized_weight(node) -> bool:
@@ -84,4 +86,25 @@ def rewrite_embedding(graph: fx.Graph, node: fx.Node) -> fx.Node:
     (qdata, scale, zero_point), (group_size, bits) = _parts(args.weight)
     return graph.call_function(
         torch.ops.etmlx.quantized_embedding.default, (qdata, scale, zero_point, args.indices, group_size, bits)
+    )
+
+
+def reads_dequantized_stack(node) -> bool:
+    """Whether an ``x[ids]`` call picks matrices of a ``dequantize_affine`` stack (a
+    mixture of experts' quantized expert weights, ``etmlx.quantization``)."""
+    args = bind(node)
+    stack = _dequantized(args.self)
+    return stack is not None and example_of(stack).dim() == 3 and len(args.indices) == 1 and args.indices[0] is not None
+
+
+def check_stack_take(node) -> Optional[str]:
+    stack = bind(node).self
+    return _check(stack, bind(stack).output_dtype)
+
+
+def rewrite_stack_take(graph: fx.Graph, node: fx.Node) -> fx.Node:
+    args = bind(node)
+    (qdata, scale, zero_point), (group_size, bits) = _parts(args.self)
+    return graph.call_function(
+        torch.ops.etmlx.quantized_stack_take.default, (qdata, scale, zero_point, args.indices[0], group_size, bits)
     )

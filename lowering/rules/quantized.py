@@ -43,19 +43,19 @@ def check_quantized_weight(qdata, scale, zero_point, block_size, bits, dtype) ->
     """None when MLX's kernels compute this weight's layer exactly as torchao's
     dequantize-then-layer does; otherwise why not. Takes example values (fake tensors)
     and the layer's activation ``dtype``."""
-    if qdata.dim() != 2 or qdata.dtype != torch.int8:
-        return f"a {qdata.dim()}-d {qdata.dtype} quantized weight (etmlx takes 2-d int8 storage)"
+    if qdata.dim() not in (2, 3) or qdata.dtype != torch.int8:
+        return f"a {qdata.dim()}-d {qdata.dtype} quantized weight (etmlx takes 2-d or 3-d int8 storage)"
     if bits not in BITS:
         return f"{bits}-bit weights (MLX's kernels here take {', '.join(map(str, BITS))} bits)"
-    rows, columns = qdata.shape
-    if len(block_size) != 2 or block_size[0] != 1:
+    *rows, columns = qdata.shape
+    if len(block_size) != qdata.dim() or any(size != 1 for size in block_size[:-1]):
         return f"block size {list(block_size)} (MLX groups values along each row)"
-    group_size = block_size[1]
+    group_size = block_size[-1]
     if not isinstance(columns, int) or columns % group_size or _mlx_group_size(group_size) is None:
         return f"groups of {group_size} (MLX takes groups of 32, 64 or 128, or multiples of 32 sharing a scale)"
     if scale.dtype not in FLOATING or scale.dtype != dtype:
         return f"{scale.dtype} scales with {dtype} activations (MLX dequantizes in the activations' dtype)"
-    groups = (rows, columns // group_size)
+    groups = (*rows, columns // group_size)
     if tuple(scale.shape) != groups:
         return f"scales of shape {tuple(scale.shape)} for groups {groups}"
     if zero_point is not None and (zero_point.dtype.is_floating_point or tuple(zero_point.shape) != groups):
@@ -69,22 +69,23 @@ def _mlx_group_size(group_size: int) -> Optional[int]:
 
 def mlx_layout(qdata, scale, zero_point, group_size: int, bits: int, dtype):
     """(packed uint32 weights, scales, biases) in MLX's affine layout, for torchao's
-    ``(qdata, scale, zero_point)`` quantized per ``group_size`` values of each row."""
-    rows, columns = qdata.shape
+    ``(qdata, scale, zero_point)`` quantized per ``group_size`` values of each row (of
+    a matrix, or of each matrix of a stack)."""
+    *rows, columns = qdata.shape
     mlx_group = _mlx_group_size(group_size)
     offset = 2 ** (bits - 1)
     unsigned = qdata.to(torch.int64) + offset
     per_word = 32 // bits
     shifts = torch.arange(per_word, dtype=torch.int64) * bits
-    words = (unsigned.reshape(rows, columns // per_word, per_word) << shifts).sum(-1)
+    words = (unsigned.reshape(*rows, columns // per_word, per_word) << shifts).sum(-1)
     packed = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32).view(torch.uint32)
     zero = torch.zeros_like(scale, dtype=torch.float64) if zero_point is None else zero_point.to(torch.float64)
     biases = -scale.to(torch.float64) * (zero + offset)
     repeat = group_size // mlx_group
     return (
         packed,
-        scale.repeat_interleave(repeat, dim=1).to(dtype).contiguous(),
-        biases.repeat_interleave(repeat, dim=1).to(dtype).contiguous(),
+        scale.repeat_interleave(repeat, dim=-1).to(dtype).contiguous(),
+        biases.repeat_interleave(repeat, dim=-1).to(dtype).contiguous(),
     )
 
 
@@ -96,14 +97,16 @@ def check_fixed_at_export(parts, is_fixed=is_frozen_placeholder) -> Optional[str
     return None
 
 
-def _check_layer(args, dtype) -> Optional[str]:
+def _check_layer(args, dtype, dims: int = 2) -> Optional[str]:
     return check_fixed_at_export((args.qdata, args.scale, args.zero_point)) or check_quantized_weight(
         example_of(args.qdata), example_of(args.scale), example_of(args.zero_point),
-        [1, args.group_size], args.bits, dtype,
+        [1] * (dims - 1) + [args.group_size], args.bits, dtype,
     )
 
 
-def _packed(ctx, args, dtype):
+def packed_weight(ctx, args, dtype):
+    """The constants (slots) of a quantized weight repacked for MLX, and the group size
+    and bits its kernels take, as the fields of a quantized node."""
     values = [ctx.constant_values[a] if a is not None else None for a in (args.qdata, args.scale, args.zero_point)]
     packed, scales, biases = mlx_layout(*values, args.group_size, args.bits, dtype)
     return dict(
@@ -118,7 +121,7 @@ def _check_linear(node, args):
 
 @lowers("etmlx::quantized_linear", check=_check_linear)
 def _lower_linear(ctx, node, args):
-    out = ctx.emit(QuantizedMatmul, x=ctx.tensor(args.x), **_packed(ctx, args, dtype_of(args.x)))
+    out = ctx.emit(QuantizedMatmul, x=ctx.tensor(args.x), **packed_weight(ctx, args, dtype_of(args.x)))
     if args.bias is not None:
         out = ctx.emit(Binary, op=BinaryOp.Add, a=out, b=ctx.tensor(args.bias))
     ctx.bind(node, out)
@@ -132,8 +135,23 @@ def _check_embedding(node, args):
 def _lower_embedding(ctx, node, args):
     """The rows of the packed table, its scales and its biases gathered by id, then
     dequantized: only the rows looked up are ever dequantized."""
-    packed = _packed(ctx, args, dtype_of(args.scale))
+    packed = packed_weight(ctx, args, dtype_of(args.scale))
     ids = checked_index(ctx, args.indices, args.qdata, 0, wraps=False)  # PyTorch rejects negative ids
+    rows = {name: ctx.emit(Take, x=packed[name], indices=ids, axis=0) for name in ("w", "scales", "biases")}
+    ctx.bind(node, ctx.emit(Dequantize, **rows, groupSize=packed["groupSize"], bits=packed["bits"]))
+
+
+def _check_stack_take(node, args):
+    return _check_layer(args, dtype_of(args.scale), 3)
+
+
+@lowers("etmlx::quantized_stack_take", check=_check_stack_take)
+def _lower_stack_take(ctx, node, args):
+    """Matrices of a quantized stack picked by index, then dequantized, as an embedding's
+    rows are; multiplied right away they become one ``GatherQmm`` instead
+    (``lowering/fusions/gather_mm.py``)."""
+    packed = packed_weight(ctx, args, dtype_of(args.scale))
+    ids = checked_index(ctx, args.indices, args.qdata, 0, wraps=True)  # x[ids]: negative ids count from the end
     rows = {name: ctx.emit(Take, x=packed[name], indices=ids, axis=0) for name in ("w", "scales", "biases")}
     ctx.bind(node, ctx.emit(Dequantize, **rows, groupSize=packed["groupSize"], bits=packed["bits"]))
 

@@ -104,6 +104,9 @@ struct QuantizedMatmulBuilder;
 struct Dequantize;
 struct DequantizeBuilder;
 
+struct GatherQmm;
+struct GatherQmmBuilder;
+
 struct Reduce;
 struct ReduceBuilder;
 
@@ -226,6 +229,8 @@ inline const ::flatbuffers::TypeTable *CheckIndexTypeTable();
 inline const ::flatbuffers::TypeTable *QuantizedMatmulTypeTable();
 
 inline const ::flatbuffers::TypeTable *DequantizeTypeTable();
+
+inline const ::flatbuffers::TypeTable *GatherQmmTypeTable();
 
 inline const ::flatbuffers::TypeTable *ReduceTypeTable();
 
@@ -798,11 +803,12 @@ enum class Op : uint8_t {
   Rope = 42,
   ArgSort = 43,
   GatherMm = 44,
+  GatherQmm = 45,
   MIN = NONE,
-  MAX = GatherMm
+  MAX = GatherQmm
 };
 
-inline const Op (&EnumValuesOp())[45] {
+inline const Op (&EnumValuesOp())[46] {
   static const Op values[] = {
     Op::NONE,
     Op::Unary,
@@ -848,13 +854,14 @@ inline const Op (&EnumValuesOp())[45] {
     Op::Sort,
     Op::Rope,
     Op::ArgSort,
-    Op::GatherMm
+    Op::GatherMm,
+    Op::GatherQmm
   };
   return values;
 }
 
 inline const char * const *EnumNamesOp() {
-  static const char * const names[46] = {
+  static const char * const names[47] = {
     "NONE",
     "Unary",
     "Binary",
@@ -900,13 +907,14 @@ inline const char * const *EnumNamesOp() {
     "Rope",
     "ArgSort",
     "GatherMm",
+    "GatherQmm",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameOp(Op e) {
-  if (::flatbuffers::IsOutRange(e, Op::NONE, Op::GatherMm)) return "";
+  if (::flatbuffers::IsOutRange(e, Op::NONE, Op::GatherQmm)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesOp()[index];
 }
@@ -1089,6 +1097,10 @@ template<> struct OpTraits<etmlx_ir::ArgSort> {
 
 template<> struct OpTraits<etmlx_ir::GatherMm> {
   static const Op enum_value = Op::GatherMm;
+};
+
+template<> struct OpTraits<etmlx_ir::GatherQmm> {
+  static const Op enum_value = Op::GatherQmm;
 };
 
 template <bool B = false>
@@ -3509,6 +3521,131 @@ inline ::flatbuffers::Offset<Dequantize> CreateDequantize(
   return builder_.Finish();
 }
 
+struct GatherQmm FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef GatherQmmBuilder Builder;
+  static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
+    return GatherQmmTypeTable();
+  }
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_X = 4,
+    VT_W = 6,
+    VT_SCALES = 8,
+    VT_BIASES = 10,
+    VT_RHS_INDICES = 12,
+    VT_TRANSPOSE = 14,
+    VT_GROUP_SIZE = 16,
+    VT_BITS = 18,
+    VT_OUT = 20
+  };
+  const etmlx_ir::Tid *x() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_X);
+  }
+  const etmlx_ir::Tid *w() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_W);
+  }
+  const etmlx_ir::Tid *scales() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_SCALES);
+  }
+  const etmlx_ir::Tid *biases() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_BIASES);
+  }
+  const etmlx_ir::Tid *rhs_indices() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_RHS_INDICES);
+  }
+  bool transpose() const {
+    return GetField<uint8_t>(VT_TRANSPOSE, 0) != 0;
+  }
+  int32_t group_size() const {
+    return GetField<int32_t>(VT_GROUP_SIZE, 0);
+  }
+  int32_t bits() const {
+    return GetField<int32_t>(VT_BITS, 0);
+  }
+  const etmlx_ir::Tid *out() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_OUT);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_X, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_W, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_SCALES, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_BIASES, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_RHS_INDICES, 4) &&
+           VerifyField<uint8_t>(verifier, VT_TRANSPOSE, 1) &&
+           VerifyField<int32_t>(verifier, VT_GROUP_SIZE, 4) &&
+           VerifyField<int32_t>(verifier, VT_BITS, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_OUT, 4) &&
+           verifier.EndTable();
+  }
+};
+
+struct GatherQmmBuilder {
+  typedef GatherQmm Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_x(const etmlx_ir::Tid *x) {
+    fbb_.AddStruct(GatherQmm::VT_X, x);
+  }
+  void add_w(const etmlx_ir::Tid *w) {
+    fbb_.AddStruct(GatherQmm::VT_W, w);
+  }
+  void add_scales(const etmlx_ir::Tid *scales) {
+    fbb_.AddStruct(GatherQmm::VT_SCALES, scales);
+  }
+  void add_biases(const etmlx_ir::Tid *biases) {
+    fbb_.AddStruct(GatherQmm::VT_BIASES, biases);
+  }
+  void add_rhs_indices(const etmlx_ir::Tid *rhs_indices) {
+    fbb_.AddStruct(GatherQmm::VT_RHS_INDICES, rhs_indices);
+  }
+  void add_transpose(bool transpose) {
+    fbb_.AddElement<uint8_t>(GatherQmm::VT_TRANSPOSE, static_cast<uint8_t>(transpose), 0);
+  }
+  void add_group_size(int32_t group_size) {
+    fbb_.AddElement<int32_t>(GatherQmm::VT_GROUP_SIZE, group_size, 0);
+  }
+  void add_bits(int32_t bits) {
+    fbb_.AddElement<int32_t>(GatherQmm::VT_BITS, bits, 0);
+  }
+  void add_out(const etmlx_ir::Tid *out) {
+    fbb_.AddStruct(GatherQmm::VT_OUT, out);
+  }
+  explicit GatherQmmBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<GatherQmm> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<GatherQmm>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<GatherQmm> CreateGatherQmm(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const etmlx_ir::Tid *x = nullptr,
+    const etmlx_ir::Tid *w = nullptr,
+    const etmlx_ir::Tid *scales = nullptr,
+    const etmlx_ir::Tid *biases = nullptr,
+    const etmlx_ir::Tid *rhs_indices = nullptr,
+    bool transpose = false,
+    int32_t group_size = 0,
+    int32_t bits = 0,
+    const etmlx_ir::Tid *out = nullptr) {
+  GatherQmmBuilder builder_(_fbb);
+  builder_.add_out(out);
+  builder_.add_bits(bits);
+  builder_.add_group_size(group_size);
+  builder_.add_rhs_indices(rhs_indices);
+  builder_.add_biases(biases);
+  builder_.add_scales(scales);
+  builder_.add_w(w);
+  builder_.add_x(x);
+  builder_.add_transpose(transpose);
+  return builder_.Finish();
+}
+
 struct Reduce FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef ReduceBuilder Builder;
   static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
@@ -5151,6 +5288,9 @@ struct Node FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const etmlx_ir::GatherMm *op_as_GatherMm() const {
     return op_type() == etmlx_ir::Op::GatherMm ? static_cast<const etmlx_ir::GatherMm *>(op()) : nullptr;
   }
+  const etmlx_ir::GatherQmm *op_as_GatherQmm() const {
+    return op_type() == etmlx_ir::Op::GatherQmm ? static_cast<const etmlx_ir::GatherQmm *>(op()) : nullptr;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -5335,6 +5475,10 @@ template<> inline const etmlx_ir::ArgSort *Node::op_as<etmlx_ir::ArgSort>() cons
 
 template<> inline const etmlx_ir::GatherMm *Node::op_as<etmlx_ir::GatherMm>() const {
   return op_as_GatherMm();
+}
+
+template<> inline const etmlx_ir::GatherQmm *Node::op_as<etmlx_ir::GatherQmm>() const {
+  return op_as_GatherQmm();
 }
 
 struct NodeBuilder {
@@ -5930,6 +6074,10 @@ inline bool VerifyOp(::flatbuffers::VerifierTemplate<B> &verifier, const void *o
       auto ptr = reinterpret_cast<const etmlx_ir::GatherMm *>(obj);
       return verifier.VerifyTable(ptr);
     }
+    case Op::GatherQmm: {
+      auto ptr = reinterpret_cast<const etmlx_ir::GatherQmm *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
     default: return true;
   }
 }
@@ -6297,7 +6445,8 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     { ::flatbuffers::ET_SEQUENCE, 0, 40 },
     { ::flatbuffers::ET_SEQUENCE, 0, 41 },
     { ::flatbuffers::ET_SEQUENCE, 0, 42 },
-    { ::flatbuffers::ET_SEQUENCE, 0, 43 }
+    { ::flatbuffers::ET_SEQUENCE, 0, 43 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 44 }
   };
   static const ::flatbuffers::TypeFunction type_refs[] = {
     etmlx_ir::UnaryTypeTable,
@@ -6343,7 +6492,8 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     etmlx_ir::SortTypeTable,
     etmlx_ir::RopeTypeTable,
     etmlx_ir::ArgSortTypeTable,
-    etmlx_ir::GatherMmTypeTable
+    etmlx_ir::GatherMmTypeTable,
+    etmlx_ir::GatherQmmTypeTable
   };
   static const char * const names[] = {
     "NONE",
@@ -6390,10 +6540,11 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     "Sort",
     "Rope",
     "ArgSort",
-    "GatherMm"
+    "GatherMm",
+    "GatherQmm"
   };
   static const ::flatbuffers::TypeTable tt = {
-    ::flatbuffers::ST_UNION, 45, type_codes, type_refs, nullptr, nullptr, names
+    ::flatbuffers::ST_UNION, 46, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }
@@ -7077,6 +7228,38 @@ inline const ::flatbuffers::TypeTable *DequantizeTypeTable() {
   };
   static const ::flatbuffers::TypeTable tt = {
     ::flatbuffers::ST_TABLE, 6, type_codes, type_refs, nullptr, nullptr, names
+  };
+  return &tt;
+}
+
+inline const ::flatbuffers::TypeTable *GatherQmmTypeTable() {
+  static const ::flatbuffers::TypeCode type_codes[] = {
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_BOOL, 0, -1 },
+    { ::flatbuffers::ET_INT, 0, -1 },
+    { ::flatbuffers::ET_INT, 0, -1 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 }
+  };
+  static const ::flatbuffers::TypeFunction type_refs[] = {
+    etmlx_ir::TidTypeTable
+  };
+  static const char * const names[] = {
+    "x",
+    "w",
+    "scales",
+    "biases",
+    "rhs_indices",
+    "transpose",
+    "group_size",
+    "bits",
+    "out"
+  };
+  static const ::flatbuffers::TypeTable tt = {
+    ::flatbuffers::ST_TABLE, 9, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }

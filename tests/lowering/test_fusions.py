@@ -222,3 +222,16 @@ def test_gathered_matmul_look_alikes_do_not_fuse():
 
     lowered = delegated(fn, (torch.tensor([3, 0, 3]), torch.randn(3, 5, 2)), nodes=["CheckIndex", "Index", "Matmul"])
     assert "GatherMm" not in lowered.nodes
+
+
+@pytest.mark.parametrize("scheme", ["int4", "int8"])
+def test_gathered_quantized_expert_matmuls_fuse(scheme):
+    """The same experts with their stacks quantized (``quantized_copy``): one GatherQmm per
+    bmm, in both orientations, nothing dequantized."""
+    from etmlx.quantization import quantized_copy
+
+    torch.manual_seed(0)
+    module, names = quantized_copy(Experts(dim=32), scheme, 32)
+    assert {"up_proj", "down_proj"} <= set(names)  # (and the router, a Linear)
+    lowered = delegated(module, (torch.randn(5, 32),))
+    assert lowered.nodes.count("GatherQmm") == 2 and "Dequantize" not in lowered.nodes and "GatherMm" not in lowered.nodes

@@ -138,5 +138,37 @@ def test_export_names_a_quantization_it_does_not_offer(tmp_path, scheme, group_s
         etmlx.export(Layers(), (torch.tensor([[1]]),), tmp_path / "x.pte", quantize=scheme, group_size=group_size)
 
 
+class ExpertStack(torch.nn.Module):
+    """A stack of expert matrices indexed by ids the caller passes, the way transformers'
+    experts modules read theirs (``has_gate`` marks those modules)."""
+
+    has_gate = True
+
+    def __init__(self):
+        super().__init__()
+        self.gate_up_proj = torch.nn.Parameter(torch.randn(4, 8, 64))
+
+    def forward(self, ids, x):
+        return torch.bmm(self.gate_up_proj[ids], x)
+
+
+@pytest.mark.parametrize("scheme", ["int4", "int8"])
+def test_a_quantized_expert_stack_indexed_by_any_ids(scheme):
+    """Ids from an input are not in range by construction: the chosen matrices are
+    gathered (bounds-checked) and dequantized, as an embedding's rows, then multiplied."""
+    model, names = quantized_copy(ExpertStack(), scheme, 32)
+    assert names == ["gate_up_proj"]
+    ids, x = torch.tensor([3, 0, 3, -1]), torch.randn(4, 64, 2)
+    lowered = delegated(model, (ids, x), nodes=["CheckIndex", "Dequantize", "Matmul"])
+    assert "GatherQmm" not in lowered.nodes
+    with pytest.raises(IndexRangeError, match="holds index 4, out of range"):
+        lowered.program.forward(torch.tensor([3, 0, 4, 1]), x)
+
+
+def test_expert_stacks_whose_rows_do_not_divide_into_groups_stay_float():
+    model, names = quantized_copy(ExpertStack(), "int4", 128)
+    assert names == [] and isinstance(model.gate_up_proj, torch.nn.Parameter)
+
+
 def test_every_quantized_rule_ran():
     assert untested_rules("quantized") == set()

@@ -8,6 +8,7 @@ import torch
 
 import etmlx
 from etmlx.inspection import inspect_program
+from etmlx.quantization import quantized_copy
 from examples import llm
 
 CAPACITY = 512
@@ -58,3 +59,25 @@ def test_mixture_of_experts_runs_on_mlx_with_eager_logits(tmp_path, family):
     step = program.decode(torch.tensor([[tokens[-1]]]), torch.tensor([len(PROMPT)]), *llm.window_inputs(len(tokens), CAPACITY))
     torch.testing.assert_close(step[0, -1], _eager_logits(model, tokens)[0, -1], rtol=0, atol=1e-4)
     assert llm.greedy(program, PROMPT, 12, CAPACITY) == llm.eager_greedy(model, PROMPT, 12)
+
+
+def test_quantized_experts_run_on_gather_qmm(tmp_path):
+    """``quantized_copy`` quantizes the expert stacks too (int4, groups of 32): each
+    expert matmul is one GatherQmm over the packed stack, computing what the quantized
+    model computes in eager PyTorch."""
+    model = _tiny_moe("Mixtral")
+    quantized, names = quantized_copy(model, "int4", 32)
+    assert sum(".experts." in name for name in names) == 2 * LAYERS
+    result = etmlx.export_methods(llm.export_methods(quantized), tmp_path / "int4.pte")
+    assert result.report.fully_delegated
+    report = inspect_program(result.path)
+    for method in report["methods"].values():
+        nodes = method["delegates"][0]["nodes"]
+        assert nodes.count("GatherQmm") == 2 * LAYERS and "GatherMm" not in nodes
+    float_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert sum(report["named_data"].values()) < float_bytes / 3
+
+    program = runtimes.load(result.path)
+    logits = program.prefill(torch.tensor([PROMPT]), torch.arange(len(PROMPT)), *llm.window_inputs(len(PROMPT), CAPACITY))
+    torch.testing.assert_close(logits, _eager_logits(quantized, PROMPT), rtol=0, atol=1e-4)
+    assert llm.greedy(program, PROMPT, 12, CAPACITY) == llm.eager_greedy(quantized, PROMPT, 12)

@@ -1,11 +1,12 @@
-// Weight-only quantized kernels: QuantizedMatmul (a linear layer's weight) and
-// Dequantize (rows gathered from a quantized embedding). MLX checks that the packed
+// Weight-only quantized kernels: QuantizedMatmul (a linear layer's weight), Dequantize
+// (rows gathered from a quantized embedding) and GatherQmm (quantized experts). MLX checks that the packed
 // weights, scales and biases agree in shape and dtype; the parameters are checked here.
 #include <stdexcept>
 #include <string>
 
 #include <mlx/ops.h>
 
+#include "experts.h"
 #include "registry.h"
 
 namespace etmlx::native {
@@ -42,11 +43,24 @@ mx::array dequantize(const etmlx_ir::Dequantize& op, Env& env) {
   return mx::dequantize(env.t(op.w()), env.t(op.scales()), env.t(op.biases()), group_size, bits);
 }
 
+mx::array gather_qmm(const etmlx_ir::GatherQmm& op, Env& env) {
+  const auto [group_size, bits] = quantization(op);
+  const mx::array& w = env.t(op.w());
+  if (w.ndim() != 3) {
+    throw std::invalid_argument("gather_qmm over packed weights of " + std::to_string(w.ndim()) +
+                                " dimensions: expected (experts, N, K packed)");
+  }
+  const mx::array safe = clamped_expert_indices(env.t(op.rhs_indices()), w.shape(0), "gather_qmm");
+  return mx::gather_qmm(env.t(op.x()), w, env.t(op.scales()), env.t(op.biases()), std::nullopt, safe,
+                        op.transpose(), group_size, bits);
+}
+
 }  // namespace
 
 void register_quantized(Registry& r) {
   r.tensor<etmlx_ir::QuantizedMatmul, quantized_matmul>();
   r.tensor<etmlx_ir::Dequantize, dequantize>();
+  r.tensor<etmlx_ir::GatherQmm, gather_qmm>();
 }
 
 }  // namespace etmlx::native

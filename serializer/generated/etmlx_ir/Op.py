@@ -49,6 +49,7 @@ class Op(object):
     Rope = 42
     ArgSort = 43
     GatherMm = 44
+    GatherQmm = 45
 
 def OpCreator(unionType, table):
     from flatbuffers.table import Table
@@ -186,4 +187,7 @@ def OpCreator(unionType, table):
     if unionType == Op.GatherMm:
         import etmlx.serializer.generated.etmlx_ir.GatherMm
         return etmlx.serializer.generated.etmlx_ir.GatherMm.GatherMmT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op.GatherQmm:
+        import etmlx.serializer.generated.etmlx_ir.GatherQmm
+        return etmlx.serializer.generated.etmlx_ir.GatherQmm.GatherQmmT.InitFromBuf(table.Bytes, table.Pos)
     return None
