@@ -4,9 +4,14 @@ native backend (``etmlx.causal_lm``: the router's top-k and the experts' ``mx.ga
 inside the MLX delegate), the same export with the gather_mm fusion switched off (each
 token's expert weights gathered, then matmuls: what lowering emitted before), eager
 PyTorch (transformers' default ``grouped_mm`` experts, static cache) and mlx-lm's
-mixtral with the same weights. fp32.
+mixtral with the same weights. fp32 activations.
+
+``--quantize int4|int8`` quantizes the weights (linear layers, embeddings and expert
+stacks, groups of ``--group-size``): ``etmlx.quantization`` for the .pte and eager
+PyTorch, mlx-lm's own ``nn.quantize`` of the same float weights for mlx-lm.
 
     python bench/bench_moe.py [--hidden 256 --layers 4 --experts 8 --prompt 64 --new-tokens 32]
+                              [--quantize int4 --group-size 64]
 """
 
 import argparse
@@ -24,12 +29,14 @@ import mlx.core as mx  # noqa: E402
 import llm  # noqa: E402
 from bench_llm import eager_runner, etmlx_runner, mlx_lm_runner, time_generation  # noqa: E402
 from etmlx.lowering import fusions  # noqa: E402
+from etmlx.quantization import quantized_copy  # noqa: E402
 from etmlx.runtime_shim.blas import preload_openblas  # noqa: E402
 
 
-def mlx_lm_mixtral(model):
+def mlx_lm_mixtral(model, quantize=None, group_size=64):
     """mlx-lm's mixtral with the Hugging Face model's weights: transformers stores each
     layer's experts as one (experts, 2 * ffn, hidden) gate-and-up stack, mlx-lm as two."""
+    import mlx.nn as nn
     from mlx_lm.models import mixtral
 
     c = model.config
@@ -54,6 +61,8 @@ def mlx_lm_mixtral(model):
         else:
             weights.append((name, value))
     reference.load_weights(weights)
+    if quantize:
+        nn.quantize(reference, group_size=group_size, bits=int(quantize[3:]))
     mx.eval(reference.parameters())
     return reference
 
@@ -65,29 +74,34 @@ def main() -> None:
     parser.add_argument("--experts", type=int, default=8)
     parser.add_argument("--prompt", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--quantize", choices=("int4", "int8"))
+    parser.add_argument("--group-size", type=int, default=64)
     args = parser.parse_args()
     capacity = args.prompt + args.new_tokens + 8
     model = llm.tiny_mixtral(hidden=args.hidden, layers=args.layers, experts=args.experts, max_cache=capacity)
+    exported = quantized_copy(model, args.quantize, args.group_size)[0] if args.quantize else model
     prompt = list(range(3, 3 + args.prompt))
     max_prompt = max(args.prompt, 2)
     with tempfile.TemporaryDirectory() as tmp:
         fused, unfused = os.path.join(tmp, "moe.pte"), os.path.join(tmp, "gathers.pte")
-        result = etmlx.export_methods(llm.export_methods(model, max_prompt), fused)
+        result = etmlx.export_methods(llm.export_methods(exported, max_prompt), fused)
         without = tuple(f for f in fusions.LOWERING_FUSIONS if f.NAME != "batched matmul of gathered matrices -> mx.gather_mm")
         with mock.patch.object(fusions, "LOWERING_FUSIONS", without):
-            etmlx.export_methods(llm.export_methods(model, max_prompt), unfused)
+            etmlx.export_methods(llm.export_methods(exported, max_prompt), unfused)
         runs = {
             "etmlx python": time_generation(*etmlx_runner(fused, capacity=capacity), prompt, args.new_tokens),
             "etmlx native": time_generation(*etmlx_runner(fused, "executorch", capacity), prompt, args.new_tokens),
             "  no gather_mm": time_generation(*etmlx_runner(unfused, capacity=capacity), prompt, args.new_tokens),
-            "eager PyTorch": time_generation(*eager_runner(model), prompt, args.new_tokens),
-            "mlx-lm mixtral": time_generation(*mlx_lm_runner(mlx_lm_mixtral(model)), prompt, args.new_tokens),
+            "eager PyTorch": time_generation(*eager_runner(exported), prompt, args.new_tokens),
+            "mlx-lm mixtral": time_generation(*mlx_lm_runner(mlx_lm_mixtral(model, args.quantize, args.group_size)),
+                                              prompt, args.new_tokens),
         }
     print(f"Mixtral hidden {args.hidden}, {args.layers} layers, top 2 of {args.experts} experts (ffn {2 * args.hidden}), "
-          f"prompt {args.prompt}, {args.new_tokens} new tokens, fp32; BLAS: {preload_openblas()}; "
+          f"prompt {args.prompt}, {args.new_tokens} new tokens, fp32 activations, weights {args.quantize or 'fp32'}"
+          f"{f' (groups of {args.group_size})' if args.quantize else ''}; BLAS: {preload_openblas()}; "
           f"{result.report.summary()}")
     tokens = {name: tuple(run[2]) for name, run in runs.items()}
-    print(f"greedy tokens equal eager PyTorch's: "
+    print(f"greedy tokens equal eager PyTorch's{' (mlx-lm: its own quantization)' if args.quantize else ''}: "
           + ", ".join(f"{name.strip()} {tokens[name] == tokens['eager PyTorch']}" for name in runs if name != "eager PyTorch"))
     base_prefill, base_decode, _ = runs["mlx-lm mixtral"]
     eager_prefill, eager_decode, _ = runs["eager PyTorch"]
