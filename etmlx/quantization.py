@@ -3,6 +3,7 @@ applied for the user before export, in the form etmlx lowers to MLX's quantized
 kernels (``lowering/rules/quantized.py``)."""
 
 import copy
+import functools
 import types
 
 from .errors import ExportError
@@ -12,9 +13,10 @@ SCHEMES = ("int4", "int8")
 
 def quantized_copy(module, scheme: str, group_size=64, embeddings: bool = True):
     """A copy of ``module`` (the caller's stays float) with the weights of its linear
-    layers, and of its embeddings unless ``embeddings`` is False, quantized to ``scheme``
-    per group of ``group_size`` values of each row; ``group_size=None`` means one group
-    per row (per channel). Returns (the copy, the names of the quantized layers)."""
+    layers, of its embeddings unless ``embeddings`` is False, and of transformers' expert
+    stacks, quantized to ``scheme`` per group of ``group_size`` values of each row;
+    ``group_size=None`` means one group per row (per channel). Returns (the copy, the
+    names of the quantized layers and expert stacks)."""
     import torch
     from torchao.quantization import IntxWeightOnlyConfig, quantize_
     from torchao.quantization.granularity import PerAxis, PerGroup
@@ -80,6 +82,7 @@ def _quantize_expert_stacks(layer, scheme: str, group_size) -> list:
     return list(stacks)
 
 
+@functools.cache
 def _dequantizing(cls):
     """``cls`` with its quantized expert stacks read back dequantized."""
 
@@ -87,10 +90,10 @@ def _dequantizing(cls):
         stacks = self.__dict__.get("_quantized_stacks", {})
         if name not in stacks:
             return cls.__getattr__(self, name)
-        from etmlx.lowering.custom_ops import _dequantize
+        from etmlx.lowering.custom_ops import dequantize_weight
 
         group, bits = stacks[name]
         parts = (getattr(self, f"{name}_{part}") for part in ("qdata", "scale", "zero_point"))
-        return _dequantize(*parts, group, bits)
+        return dequantize_weight(*parts, group, bits)
 
     return types.new_class(f"Quantized{cls.__name__}", (cls,), exec_body=lambda ns: ns.update(__getattr__=__getattr__))

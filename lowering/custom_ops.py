@@ -41,7 +41,7 @@ def _(x, shifts, dims):
     return torch.empty_like(x)
 
 
-def _dequantize(qdata, scale, zero_point, group_size: int, bits: int) -> torch.Tensor:
+def dequantize_weight(qdata, scale, zero_point, group_size: int, bits: int) -> torch.Tensor:
     """The weight as torchao's own ``dequantize_affine`` computes it: signed ``bits``-bit
     values in int8, one scale (and zero point) per ``group_size`` values of a row."""
     import torchao  # noqa: F401  (registers torch.ops.torchao)
@@ -65,7 +65,7 @@ def quantized_linear(
 ) -> torch.Tensor:
     """``linear(x, dequantize_affine(qdata, ...), bias)`` with weights quantized to
     ``bits`` bits (``qdata`` holds them signed, in int8) per group of ``group_size``."""
-    return F.linear(x, _dequantize(qdata, scale, zero_point, group_size, bits).to(x.dtype), bias)
+    return F.linear(x, dequantize_weight(qdata, scale, zero_point, group_size, bits).to(x.dtype), bias)
 
 
 @quantized_linear.register_fake
@@ -83,7 +83,7 @@ def quantized_embedding(
     bits: int,
 ) -> torch.Tensor:
     """``embedding(dequantize_affine(qdata, ...), indices)``; rows quantized as above."""
-    return F.embedding(indices, _dequantize(qdata, scale, zero_point, group_size, bits))
+    return F.embedding(indices, dequantize_weight(qdata, scale, zero_point, group_size, bits))
 
 
 @quantized_embedding.register_fake
@@ -102,7 +102,7 @@ def quantized_stack_take(
 ) -> torch.Tensor:
     """``dequantize_affine(qdata, ...)[indices]``: matrices of a stack (E, N, K), rows
     quantized as above, picked by index (a mixture of experts' chosen experts)."""
-    return _dequantize(qdata, scale, zero_point, group_size, bits)[indices]
+    return dequantize_weight(qdata, scale, zero_point, group_size, bits)[indices]
 
 
 @quantized_stack_take.register_fake

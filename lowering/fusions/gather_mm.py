@@ -12,15 +12,13 @@ expert). Written out, the gather copies a whole weight matrix per token and expe
 bounds check is lost. Anything else stays a gather and a matmul.
 """
 
-from torch import fx
-
 from etmlx.serializer.generated.etmlx_ir import GatherMm, GatherQmm, Transpose
 
 from ..arguments import bind
 from ..registry import is_call
-from ..rules.common import dtype_of, rank_of, shape_of
+from ..rules.common import rank_of, shape_of
 from ..rules.indexing import sorted_positions_bound
-from ..rules.quantized import packed_weight
+from ..rules.quantized import packed_stack
 
 QUANTIZED_TAKE = "etmlx::quantized_stack_take"
 
@@ -30,16 +28,15 @@ _SWAP_LAST = [0, 2, 1]
 
 
 def _gathered(node):
-    """``(W, ids)`` when ``node`` is ``W[ids]`` of that form (W a quantized stack's
-    ``quantized_stack_take`` arguments), else None."""
+    """``(W, ids, quantized)`` when ``node`` is ``W[ids]`` of that form, else None;
+    ``quantized`` is the bound arguments of a ``quantized_stack_take`` (W its int8
+    values), or None for a float stack."""
     if is_call(node, QUANTIZED_TAKE):
-        take = bind(node)
-        stack, indices = take.qdata, [take.indices]
-        parts = take
+        quantized = bind(node)
+        stack, indices = quantized.qdata, [quantized.indices]
     elif is_call(node, "aten::index.Tensor"):
-        gather = bind(node)
+        quantized, gather = None, bind(node)
         stack, indices = gather.self, list(gather.indices)
-        parts = stack
     else:
         return None
     if rank_of(stack) != 3 or len(indices) != 1 or indices[0] is None or rank_of(indices[0]) != 1:
@@ -47,7 +44,7 @@ def _gathered(node):
     bound = sorted_positions_bound(indices[0])
     if bound is None or bound > shape_of(stack)[0]:
         return None
-    return parts, indices[0]
+    return stack, indices[0], quantized
 
 
 def _transposed_stack(ctx, stack):
@@ -60,7 +57,7 @@ def _transposed_stack(ctx, stack):
 
 
 def match(ctx, node):
-    """``(x, W, ids, W_on_the_right)`` when ``node`` is such a bmm, else None."""
+    """``(x, W, ids, quantized, W_on_the_right)`` when ``node`` is such a bmm, else None."""
     if not is_call(node, "aten::bmm"):
         return None
     product = bind(node)
@@ -72,9 +69,9 @@ def match(ctx, node):
 
 
 def emit(ctx, node, parts) -> None:
-    x, stack, ids, on_the_right = parts
-    if not isinstance(stack, fx.Node):  # a quantized stack's arguments
-        _emit_quantized(ctx, node, x, stack, ids, on_the_right)
+    x, stack, ids, quantized, on_the_right = parts
+    if quantized is not None:
+        _emit_quantized(ctx, node, x, quantized, ids, on_the_right)
         return
     if on_the_right:  # x[i] @ W[ids[i]]
         ctx.bind(node, ctx.emit(GatherMm, a=ctx.tensor(x), b=ctx.tensor(stack), rhsIndices=ctx.tensor(ids)))
@@ -89,7 +86,7 @@ def emit(ctx, node, parts) -> None:
 def _emit_quantized(ctx, node, x, take, ids, on_the_right) -> None:
     """Quantized rows run along a matrix's last dim: W[ids] @ x is x^T times W
     transposed, MLX's natural layout; x @ W[ids] multiplies by W as it is."""
-    packed = ctx.once(("packed stack", take.qdata), lambda: packed_weight(ctx, take, dtype_of(take.scale)))
+    packed = packed_stack(ctx, take)
     if on_the_right:
         ctx.bind(node, ctx.emit(GatherQmm, x=ctx.tensor(x), rhsIndices=ctx.tensor(ids), transpose=False, **packed))
         return

@@ -145,12 +145,17 @@ def _check_stack_take(node, args):
     return _check_layer(args, dtype_of(args.scale), 3)
 
 
+def packed_stack(ctx, args):
+    """``packed_weight`` of an ``etmlx::quantized_stack_take``'s stack, once per stack."""
+    return ctx.once(("packed stack", args.qdata), lambda: packed_weight(ctx, args, dtype_of(args.scale)))
+
+
 @lowers("etmlx::quantized_stack_take", check=_check_stack_take)
 def _lower_stack_take(ctx, node, args):
     """Matrices of a quantized stack picked by index, then dequantized, as an embedding's
     rows are; multiplied right away they become one ``GatherQmm`` instead
     (``lowering/fusions/gather_mm.py``)."""
-    packed = packed_weight(ctx, args, dtype_of(args.scale))
+    packed = packed_stack(ctx, args)
     ids = checked_index(ctx, args.indices, args.qdata, 0, wraps=True)  # x[ids]: negative ids count from the end
     rows = {name: ctx.emit(Take, x=packed[name], indices=ids, axis=0) for name in ("w", "scales", "biases")}
     ctx.bind(node, ctx.emit(Dequantize, **rows, groupSize=packed["groupSize"], bits=packed["bits"]))
