@@ -236,3 +236,26 @@ def test_a_gather_mm_whose_operands_do_not_fit(field):
     for runtime in runtimes.RUNTIMES:
         with pytest.raises((PteFormatError, ExecutionError), match="gather_mm"):
             etmlx.load(_patched(data, patch), runtime=runtime).forward(x)
+
+
+@pytest.mark.parametrize("field", [1, 4], ids=["packed weights of one dim", "float indices"])
+def test_a_gather_qmm_whose_operands_do_not_fit(field):
+    """GatherQmm's w must be a stack of packed matrices and its indices integers: a file
+    that says otherwise fails by name on every runtime."""
+    from etmlx.quantization import quantized_copy
+    from etmlx.serializer.generated.etmlx_ir import GatherQmm
+    from etmlx.serializer.generated.etmlx_ir.Op import Op
+
+    x = torch.randn(5, 32)
+    data = lower(quantized_copy(Experts(dim=32), "int4", 32)[0], (x,)).pte
+
+    def patch(body, graph):
+        node = next(graph.Nodes(i) for i in range(graph.NodesLength()) if graph.Nodes(i).OpType() == Op.GatherQmm)
+        table, union = GatherQmm.GatherQmm(), node.Op()
+        table.Init(union.Bytes, union.Pos)
+        wrong = table.RhsIndices() if field == 1 else table.X()  # 1-D indices as w; float x as indices
+        struct.pack_into("<I", body, _field_position(table, 4 + 2 * field), wrong.Idx())
+
+    for runtime in runtimes.RUNTIMES:
+        with pytest.raises((PteFormatError, ExecutionError), match="gather_qmm"):
+            etmlx.load(_patched(data, patch), runtime=runtime).forward(x)
