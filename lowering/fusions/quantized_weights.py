@@ -81,12 +81,15 @@ def check_embedding(node) -> Optional[str]:
     return _check(weight, bind(weight).output_dtype)
 
 
+def _take(graph: fx.Graph, op, dequantize: fx.Node, indices: fx.Node) -> fx.Node:
+    """``op`` (a quantized lookup: rows, or matrices of a stack) of ``dequantize``'s parts."""
+    (qdata, scale, zero_point), (group_size, bits) = _parts(dequantize)
+    return graph.call_function(op, (qdata, scale, zero_point, indices, group_size, bits))
+
+
 def rewrite_embedding(graph: fx.Graph, node: fx.Node) -> fx.Node:
     args = bind(node)
-    (qdata, scale, zero_point), (group_size, bits) = _parts(args.weight)
-    return graph.call_function(
-        torch.ops.etmlx.quantized_embedding.default, (qdata, scale, zero_point, args.indices, group_size, bits)
-    )
+    return _take(graph, torch.ops.etmlx.quantized_embedding.default, args.weight, args.indices)
 
 
 def reads_dequantized_stack(node) -> bool:
@@ -104,7 +107,4 @@ def check_stack_take(node) -> Optional[str]:
 
 def rewrite_stack_take(graph: fx.Graph, node: fx.Node) -> fx.Node:
     args = bind(node)
-    (qdata, scale, zero_point), (group_size, bits) = _parts(args.self)
-    return graph.call_function(
-        torch.ops.etmlx.quantized_stack_take.default, (qdata, scale, zero_point, args.indices[0], group_size, bits)
-    )
+    return _take(graph, torch.ops.etmlx.quantized_stack_take.default, args.self, args.indices[0])

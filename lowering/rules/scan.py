@@ -2,8 +2,8 @@
 
 Sorted values are the same whatever the order of ties. Indices are not: PyTorch leaves
 the order of tied values' indices unspecified, and its CPU kernels do not keep any rule
-(``topk(zeros(8), 2)`` gives ``[6, 5]`` on Linux, from ``std::nth_element``; macOS's
-C++ library, CUDA and MPS each order them their own way). etmlx gives ties one rule on
+(``topk(zeros(8), 2)`` gives ``[6, 5]`` on Linux, from libstdc++'s ``std::nth_element``;
+other C++ libraries, CUDA and MPS run other algorithms, which need not agree). etmlx gives ties one rule on
 every device: the lowest index first, in both directions. So indices equal PyTorch's
 wherever the values they sort are distinct, and the values always do.
 """

@@ -195,16 +195,11 @@ def test_a_rope_whose_operands_do_not_fit(field, value):
     """Rope's dims must be x's last axis (even), its offset one integer, its freqs
     dims / 2 float32 values: a file that says otherwise fails by name on every runtime
     (on a GPU MLX's kernel would check the same)."""
-    from etmlx.serializer.generated.etmlx_ir import Rope
-    from etmlx.serializer.generated.etmlx_ir.Op import Op
-
     q, start = torch.randn(1, 2, 3, 8), torch.tensor([5])
     data = lower(Rotary(), (q, start)).pte
 
     def patch(body, graph):
-        node = next(graph.Nodes(i) for i in range(graph.NodesLength()) if graph.Nodes(i).OpType() == Op.Rope)
-        table, union = Rope.Rope(), node.Op()
-        table.Init(union.Bytes, union.Pos)
+        table = _first_table(graph, "Rope")
         position = _field_position(table, 4 + 2 * field)
         if field == 1:
             struct.pack_into("<i", body, position, value)
@@ -216,46 +211,43 @@ def test_a_rope_whose_operands_do_not_fit(field, value):
             etmlx.load(_patched(data, patch), runtime=runtime).forward(q, start)
 
 
-@pytest.mark.parametrize("field", [1, 2], ids=["weights of one dim", "float indices"])
-def test_a_gather_mm_whose_operands_do_not_fit(field):
-    """GatherMm's b must be a stack of matrices and its indices integers (then clamped
-    into the stack): a file that says otherwise fails by name on every runtime."""
-    from etmlx.serializer.generated.etmlx_ir import GatherMm
+def _first_table(graph, name: str):
+    """The first node of union type ``name`` in ``graph``, as its generated table."""
+    import importlib
+
     from etmlx.serializer.generated.etmlx_ir.Op import Op
 
-    x = torch.randn(5, 16)
-    data = lower(Experts(), (x,)).pte
-
-    def patch(body, graph):
-        node = next(graph.Nodes(i) for i in range(graph.NodesLength()) if graph.Nodes(i).OpType() == Op.GatherMm)
-        table, union = GatherMm.GatherMm(), node.Op()
-        table.Init(union.Bytes, union.Pos)
-        wrong = table.RhsIndices() if field == 1 else table.A()  # 1-D indices as b; float a as indices
-        struct.pack_into("<I", body, _field_position(table, 4 + 2 * field), wrong.Idx())
-
-    for runtime in runtimes.RUNTIMES:
-        with pytest.raises((PteFormatError, ExecutionError), match="gather_mm"):
-            etmlx.load(_patched(data, patch), runtime=runtime).forward(x)
+    node = next(graph.Nodes(i) for i in range(graph.NodesLength()) if graph.Nodes(i).OpType() == getattr(Op, name))
+    table = getattr(importlib.import_module(f"etmlx.serializer.generated.etmlx_ir.{name}"), name)()
+    table.Init(node.Op().Bytes, node.Op().Pos)
+    return table
 
 
-@pytest.mark.parametrize("field", [1, 4], ids=["packed weights of one dim", "float indices"])
-def test_a_gather_qmm_whose_operands_do_not_fit(field):
-    """GatherQmm's w must be a stack of packed matrices and its indices integers: a file
-    that says otherwise fails by name on every runtime."""
+def _experts(quantized: bool):
     from etmlx.quantization import quantized_copy
-    from etmlx.serializer.generated.etmlx_ir import GatherQmm
-    from etmlx.serializer.generated.etmlx_ir.Op import Op
 
+    return quantized_copy(Experts(dim=32), "int4", 32)[0] if quantized else Experts(dim=32)
+
+
+@pytest.mark.parametrize(
+    "name, field, wrong",
+    [("GatherMm", 1, "RhsIndices"), ("GatherMm", 2, "A"), ("GatherQmm", 1, "RhsIndices"), ("GatherQmm", 4, "X")],
+    ids=["gather_mm weights of one dim", "gather_mm float indices", "gather_qmm packed weights of one dim",
+         "gather_qmm float indices"],
+)
+def test_a_gathered_matmul_whose_operands_do_not_fit(name, field, wrong):
+    """GatherMm's and GatherQmm's weights must be a stack of (packed) matrices and their
+    indices integers (then clamped into the stack): a file whose operand ``field`` reads
+    the slot of operand ``wrong`` (1-d indices, float activations) fails by name on every
+    runtime."""
     x = torch.randn(5, 32)
-    data = lower(quantized_copy(Experts(dim=32), "int4", 32)[0], (x,)).pte
+    data = lower(_experts(name == "GatherQmm"), (x,)).pte
 
     def patch(body, graph):
-        node = next(graph.Nodes(i) for i in range(graph.NodesLength()) if graph.Nodes(i).OpType() == Op.GatherQmm)
-        table, union = GatherQmm.GatherQmm(), node.Op()
-        table.Init(union.Bytes, union.Pos)
-        wrong = table.RhsIndices() if field == 1 else table.X()  # 1-D indices as w; float x as indices
-        struct.pack_into("<I", body, _field_position(table, 4 + 2 * field), wrong.Idx())
+        table = _first_table(graph, name)
+        struct.pack_into("<I", body, _field_position(table, 4 + 2 * field), getattr(table, wrong)().Idx())
 
+    what = "gather_qmm" if name == "GatherQmm" else "gather_mm"
     for runtime in runtimes.RUNTIMES:
-        with pytest.raises((PteFormatError, ExecutionError), match="gather_qmm"):
+        with pytest.raises((PteFormatError, ExecutionError), match=what):
             etmlx.load(_patched(data, patch), runtime=runtime).forward(x)
