@@ -24,10 +24,20 @@ def fill_fields(value, dtype: torch.dtype) -> dict:
     return {"intValue": int(value), "dtype": ir_dtype(dtype)}
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
 def check_dtype(dtype: torch.dtype):
     if dtype in TORCH_TO_IR and dtype not in STORAGE_ONLY:
         return None
-    return f"dtype {str(dtype).replace('torch.', '')} is not computed by MLX here"
+    return f"dtype {dtype_name(dtype)} is not computed by MLX here"
+
+
+def check_floating(dtype: torch.dtype, operands: str):
+    """For the MLX kernels that take floating point only (matmul, convolution, pooling
+    averages), where PyTorch's CPU kernels also take integers."""
+    return None if dtype.is_floating_point else f"{dtype_name(dtype)} {operands}: MLX computes these in floating point only"
 
 
 def tensor_bytes(tensor: torch.Tensor) -> bytes:

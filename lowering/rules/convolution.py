@@ -4,15 +4,15 @@ are transposed around the op, and a constant weight is laid out for MLX at expor
 import torch
 
 from etmlx.serializer.generated.etmlx_ir import (
-    Binary, Concatenate, Conv, Full, IndexPut, Pool, Reshape, Slice, Transpose,
+    Binary, Concatenate, Conv, ExpandDims, Full, IndexPut, Pool, Reshape, Slice, Squeeze, Transpose,
 )
 from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
 from etmlx.serializer.generated.etmlx_ir.PoolOp import PoolOp
 from etmlx.serializer.ir import int_or_slot
 
-from ..dtypes import fill_fields
+from ..dtypes import check_floating, fill_fields
 from ..registry import lowers
-from .common import is_static, out_dtype, rank_of, shape_of, users_use_only_output
+from .common import dtype_of, is_static, out_dtype, rank_of, shape_of, users_use_only_output
 
 
 def _to_channels_last(rank: int) -> list:
@@ -30,6 +30,9 @@ def _weight_layout(rank: int, transposed: bool) -> list:
 
 
 def _check_conv(node, args):
+    reason = check_floating(dtype_of(args.input), "convolution")
+    if reason:
+        return reason
     if rank_of(args.input) not in (3, 4, 5):
         return f"convolution of a rank-{rank_of(args.input)} input"
     if isinstance(args.padding, str):
@@ -79,14 +82,22 @@ def _grouped_transposed(ctx, x_last, w, groups: int, channels: int, rank: int, g
     return ctx.emit(Concatenate, xs=outputs, axis=last)
 
 
-def _pool(ctx, x, op, kernel, stride, padding, ceil_mode, count_include_pad=True, divisor_override=None):
-    """Strides default (an empty list) to the kernel size."""
-    rank = rank_of(x)
-    spatial = rank - 2
+def _spatial_axes(node) -> int:
+    """1, 2 or 3, from the operator's name (``aten::avg_pool2d``, ...)."""
+    return int(node.target.name().split("pool")[1][0])
+
+
+def _pool(ctx, node, x, op, kernel, stride, padding, ceil_mode, count_include_pad=True, divisor_override=None):
+    """Strides default (an empty list) to the kernel size. An unbatched input (C, *spatial),
+    which PyTorch also pools, gets a batch axis of 1 around the op."""
+    spatial = _spatial_axes(node)
+    unbatched = rank_of(x) == spatial + 1
+    rank = spatial + 2
     kernel = _per_axis(kernel, spatial)
     stride = _per_axis(stride, spatial) if stride else kernel
     padding = _per_axis(padding, spatial)
-    x_last = ctx.emit(Transpose, x=ctx.tensor(x), perm=_to_channels_last(rank))
+    x = ctx.emit(ExpandDims, x=ctx.tensor(x), axes=[0]) if unbatched else ctx.tensor(x)
+    x_last = ctx.emit(Transpose, x=x, perm=_to_channels_last(rank))
     out = ctx.emit(
         Pool,
         op=op,
@@ -98,7 +109,8 @@ def _pool(ctx, x, op, kernel, stride, padding, ceil_mode, count_include_pad=True
         countIncludePad=bool(count_include_pad),
         divisorOverride=int(divisor_override or 0),
     )
-    return ctx.emit(Transpose, x=out, perm=_to_channels_first(rank))
+    out = ctx.emit(Transpose, x=out, perm=_to_channels_first(rank))
+    return ctx.emit(Squeeze, x=out, axes=[0]) if unbatched else out
 
 
 def _check_max_pool(node, args):
@@ -112,21 +124,25 @@ def _check_max_pool(node, args):
     check=_check_max_pool,
 )
 def _lower_max_pool(ctx, node, args):
-    out = _pool(ctx, args.self, PoolOp.Max, args.kernel_size, args.stride, args.padding, args.ceil_mode)
+    out = _pool(ctx, node, args.self, PoolOp.Max, args.kernel_size, args.stride, args.padding, args.ceil_mode)
     ctx.bind(node, out, index=0)
 
 
-@lowers("aten::avg_pool1d", "aten::avg_pool2d", "aten::avg_pool3d")
+def _check_avg_pool(node, args):
+    return check_floating(dtype_of(args.self), "average pooling")
+
+
+@lowers("aten::avg_pool1d", "aten::avg_pool2d", "aten::avg_pool3d", check=_check_avg_pool)
 def _lower_avg_pool(ctx, node, args):
     out = _pool(
-        ctx, args.self, PoolOp.Avg, args.kernel_size, args.stride, args.padding, args.ceil_mode,
+        ctx, node, args.self, PoolOp.Avg, args.kernel_size, args.stride, args.padding, args.ceil_mode,
         args.count_include_pad, args.get("divisor_override"),
     )
     ctx.bind(node, out)
 
 
 def _check_adaptive(node, args):
-    spatial = shape_of(args.self)[2:]
+    spatial = shape_of(args.self)[-len(args.output_size):]
     if not all(isinstance(s, int) and s % o == 0 for s, o in zip(spatial, args.output_size)):
         return "adaptive pooling whose input size is dynamic or not a multiple of the output size"
     return None
@@ -135,8 +151,8 @@ def _check_adaptive(node, args):
 @lowers("aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool3d", check=_check_adaptive)
 def _lower_adaptive_avg_pool(ctx, node, args):
     """With evenly dividing sizes adaptive pooling is plain average pooling."""
-    kernel = [s // o for s, o in zip(shape_of(args.self)[2:], args.output_size)]
-    ctx.bind(node, _pool(ctx, args.self, PoolOp.Avg, kernel, kernel, [0], False))
+    kernel = [s // o for s, o in zip(shape_of(args.self)[-len(args.output_size):], args.output_size)]
+    ctx.bind(node, _pool(ctx, node, args.self, PoolOp.Avg, kernel, kernel, [0], False))
 
 
 

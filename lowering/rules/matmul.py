@@ -3,16 +3,22 @@ folding already transposed at export."""
 
 from etmlx.serializer.generated.etmlx_ir import Addmm, Matmul
 
+from ..dtypes import check_floating
 from ..registry import lowers
+from .common import out_dtype
 
 
-@lowers("aten::mm", "aten::bmm", "aten::matmul")
+def _check_floating(node, args):
+    return check_floating(out_dtype(node), "matrices")
+
+
+@lowers("aten::mm", "aten::bmm", "aten::matmul", check=_check_floating)
 def _lower_matmul(ctx, node, args):
     other = args.get("mat2", args.get("other"))  # matmul names it ``other``
     ctx.bind(node, ctx.emit(Matmul, a=ctx.tensor(args.self), b=ctx.tensor(other)))
 
 
-@lowers("aten::addmm")
+@lowers("aten::addmm", check=_check_floating)
 def _lower_addmm(ctx, node, args):
     """``beta * self + alpha * (mat1 @ mat2)``."""
     out = ctx.emit(

@@ -39,8 +39,14 @@ def _lower_reduce(ctx, node, args):
     """``any``/``all`` without a dim reduce everything; so does an empty dim list."""
     x, dims, keepdim = args.self, args.get("dim"), bool(args.get("keepdim", False))
     op = REDUCTIONS[node.target.name()]
+    if op in (ReduceOp.Any, ReduceOp.All):
+        # MLX answers in bool; PyTorch answers a uint8 tensor in uint8 (0 or 1).
+        found = ctx.emit(Reduce, op=op, x=ctx.tensor(x), axes=_axes(x, dims), keepdims=keepdim)
+        dtype = out_dtype(node)
+        ctx.bind(node, found if dtype == torch.bool else ctx.emit(AsType, x=found, dtype=ir_dtype(dtype)))
+        return
     # PyTorch sums integers in int64 and averages in the output dtype: reduce in that dtype.
-    operand = ctx.tensor(x) if op in (ReduceOp.Any, ReduceOp.All) else as_dtype(ctx, x, out_dtype(node))
+    operand = as_dtype(ctx, x, out_dtype(node))
     ctx.bind(node, ctx.emit(Reduce, op=op, x=operand, axes=_axes(x, dims), keepdims=keepdim))
 
 

@@ -22,9 +22,9 @@ from etmlx.serializer.generated.etmlx_ir import (
 from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
 from etmlx.serializer.ir import int_or_slot
 
-from ..dtypes import ir_dtype
+from ..dtypes import dtype_name, ir_dtype
 from ..registry import lowers, op_name
-from .common import as_dtype, dim_size, is_static, normalize_axis, out_dtype, rank_of, reversed_along, shape_of
+from .common import as_dtype, dim_size, dtype_of, is_static, normalize_axis, out_dtype, rank_of, reversed_along, shape_of
 
 INT64_MAX = 2**63 - 1
 
@@ -347,6 +347,8 @@ def _lower_nearest(ctx, node, args):
 
 
 def _check_bilinear(node, args):
+    if not dtype_of(args.input).is_floating_point:
+        return f"bilinear upsampling of {dtype_name(dtype_of(args.input))} (PyTorch interpolates it in fixed point)"
     return None if is_static(shape_of(args.input)) else "bilinear upsampling of a dynamic shape"
 
 

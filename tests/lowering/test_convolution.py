@@ -103,6 +103,21 @@ def test_pooling_odd_sizes():
     delegated(lambda x: tuple(POOLS[name](x) for name in names), (torch.randn(1, 2, 7, 5),), nodes=["Max", "Avg"])
 
 
+def test_unbatched_pooling():
+    """(C, *spatial) inputs, which PyTorch pools as a batch of one (they failed at run time,
+    and an unbatched adaptive pool took a wrong kernel)."""
+
+    def pools(x3, x4):
+        return (
+            F.avg_pool2d(x3, 2), F.max_pool2d(x3, (2, 3)), F.adaptive_avg_pool2d(x3, (4, 2)),
+            F.avg_pool3d(x4, 2), F.max_pool3d(x4, 2), F.adaptive_avg_pool3d(x4, (1, 2, 3)),
+            F.avg_pool1d(x3[0], 2), F.max_pool1d(x3[0], 3),
+        )
+
+    nodes = delegated(pools, (torch.randn(3, 8, 6), torch.randn(2, 4, 4, 6)), nodes=["ExpandDims", "Squeeze"]).nodes
+    assert nodes.count("ExpandDims") >= 6
+
+
 def test_dilated_max_pool_is_declined_but_correct():
     reason = declined(lambda x: F.max_pool2d(x, 2, dilation=2), (torch.randn(1, 2, 7, 7),), "aten::max_pool2d_with_indices")
     assert "dilated" in reason
