@@ -86,22 +86,34 @@ def declined(module_or_fn, inputs, operator, dynamic_shapes=None):
 
 
 # ---------------------------------------------------------------- whole ATen operators
-def lowered_directly(module_or_fn, inputs, nodes=()):
-    """Exports with every ATen operator of the graph kept whole (``preserve_ops``), so
-    the rules that ExecuTorch's edge pipeline never reaches today are checked against
-    eager, on every runtime, like the rest; returns the IR node types."""
+def edge_whole(module: torch.nn.Module, inputs) -> tuple:
+    """The edge program with every operator of the graph kept whole (``preserve_ops``),
+    so that each reaches the partitioner as called, whatever ExecuTorch would decompose;
+    and the operators kept."""
     from executorch.exir import EdgeCompileConfig, to_edge
 
-    from etmlx.partitioner import MlxPartitioner
-
-    module = _module(module_or_fn).eval()
     program = torch.export.export(module, tuple(inputs))
     program.graph_module.graph.eliminate_dead_code()  # e.g. the unused indices of a max pool
     operators = [n.target for n in program.graph.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
-    edge = to_edge(program, compile_config=EdgeCompileConfig(_check_ir_validity=False, preserve_ops=operators))
+    return to_edge(program, compile_config=EdgeCompileConfig(_check_ir_validity=False, preserve_ops=operators)), operators
+
+
+def lower_whole(module: torch.nn.Module, inputs) -> tuple:
+    """``edge_whole`` through the partitioner to a .pte: what was lowered, and the
+    operators kept."""
+    from etmlx.partitioner import MlxPartitioner
+
+    edge, operators = edge_whole(module, inputs)
     partitioner = MlxPartitioner()
     pte = edge.to_backend(partitioner).to_executorch().buffer
-    lowered = Lowered(inspect_program(pte), partitioner.report, pte)
+    return Lowered(inspect_program(pte), partitioner.report, pte), operators
+
+
+def lowered_directly(module_or_fn, inputs, nodes=()):
+    """``lower_whole``, so the rules that ExecuTorch's edge pipeline never reaches today
+    are checked against eager, on every runtime, like the rest; returns the IR node types."""
+    module = _module(module_or_fn).eval()
+    lowered, operators = lower_whole(module, inputs)
     assert lowered.kernels == [], f"left outside MLX: {lowered.kernels}\n{lowered.report.to_text()}"
     with torch.no_grad():
         expected = module(*inputs)
