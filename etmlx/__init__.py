@@ -12,16 +12,19 @@ preload_openblas()  # must run before anything imports mlx; see runtime_shim/bla
 quiet_dependency_noise()
 
 
-def export(module, example_inputs, path, dynamic_shapes=None, quantize=None, group_size=64, quantize_embeddings=True):
+def export(
+    module, example_inputs, path, dynamic_shapes=None, quantize=None, group_size=64, quantize_embeddings=True,
+    tensor_parallel=None,
+):
     from .exporter import export as _export
 
-    return _export(module, example_inputs, path, dynamic_shapes, quantize, group_size, quantize_embeddings)
+    return _export(module, example_inputs, path, dynamic_shapes, quantize, group_size, quantize_embeddings, tensor_parallel)
 
 
-def export_methods(methods, path):
+def export_methods(methods, path, tensor_parallel=None, model=None):
     from .exporter import export_methods as _export_methods
 
-    return _export_methods(methods, path)
+    return _export_methods(methods, path, tensor_parallel, model)
 
 
 RUNTIMES = ("python", "executorch")
@@ -32,7 +35,16 @@ def load(path_or_bytes, runtime: str = "python"):
     runtime, which needs only mlx, flatbuffers and numpy for a fully delegated program;
     ``runtime="executorch"`` with ExecuTorch's C++ runtime and etmlx's native backend
     (``etmlx.native``), the runtime an app embeds. Both take torch, numpy or mlx inputs
-    and return outputs of the same kind."""
+    and return outputs of the same kind.
+
+    A directory written with ``tensor_parallel=N`` loads this process's rank of it, in a
+    process group of N started by ``mlx.launch`` (``etmlx/tensor_parallel.py``)."""
+    from .tensor_parallel import is_tensor_parallel
+
+    if is_tensor_parallel(path_or_bytes):
+        from .tensor_parallel import load as _load_rank
+
+        return _load_rank(path_or_bytes, runtime)
     if runtime == "python":
         from .runtime_shim import load as _load
 

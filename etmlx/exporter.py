@@ -129,15 +129,25 @@ def to_executorch(module, example_inputs, dynamic_shapes=None):
     return lower_methods({"forward": trace(module, example_inputs, dynamic_shapes)})
 
 
-def export_methods(methods: dict, path) -> ExportResult:
+def export_methods(methods, path, tensor_parallel=None, model=None):
     """Writes one ``.pte`` holding several methods, ``{name: ExportedProgram}`` (from
     ``torch.export.export``). Methods that name the same module buffer share its state
-    at run time: a ``prefill`` method fills the KV cache a ``decode`` method reads."""
+    at run time: a ``prefill`` method fills the KV cache a ``decode`` method reads.
+
+    ``tensor_parallel=N``: ``methods`` is a function of a model returning that dict
+    (``lambda m: causal_lm.export_methods(m)``), called on each rank's shard of ``model``;
+    writes the directory ``path`` of N programs (``etmlx/tensor_parallel.py``)."""
+    if tensor_parallel is not None:
+        from .sharding import export_ranks
+
+        if not callable(methods) or model is None:
+            raise ExportError("tensor_parallel= needs methods as a function of the model, and model=")
+        return export_ranks(path, tensor_parallel, lambda sharded: lower_methods(methods(sharded)), model)
     program, report = lower_methods(methods)
-    return _write(program, report, path)
+    return write(program, report, path)
 
 
-def _write(program, report, path) -> ExportResult:
+def write(program, report, path) -> ExportResult:
     data = program.buffer
     with open(path, "wb") as f:
         f.write(data)
@@ -147,8 +157,9 @@ def _write(program, report, path) -> ExportResult:
 
 
 def export(
-    module, example_inputs, path, dynamic_shapes=None, quantize=None, group_size=64, quantize_embeddings=True
-) -> ExportResult:
+    module, example_inputs, path, dynamic_shapes=None, quantize=None, group_size=64, quantize_embeddings=True,
+    tensor_parallel=None,
+):
     """Writes ``module`` as a ``.pte`` at ``path`` whose compute runs on MLX.
 
     ``example_inputs`` is a tuple of tensors (a single tensor is accepted too);
@@ -162,13 +173,23 @@ def export(
     ``quantize_embeddings`` is False, per ``group_size`` values of each row, or per row
     with ``group_size=None``): they run on MLX's quantized kernels. A model already
     quantized with torchao exports as it is, without ``quantize``.
+
+    ``tensor_parallel=N`` writes the directory ``path`` of N programs, one per rank of
+    ``mlx.launch -n N``, each with its shard of the attention and MLP weights
+    (``etmlx/sharding.py``); ``etmlx.load(path)`` in each rank runs its own.
     """
+    if tensor_parallel is not None:
+        from .sharding import export_ranks
+
+        if quantize is not None:
+            raise ExportError("quantize= with tensor_parallel= is not supported yet: export one or the other")
+        return export_ranks(path, tensor_parallel, lambda sharded: to_executorch(sharded, example_inputs, dynamic_shapes), module)
     quantized = ()
     if quantize is not None:
         from .quantization import quantized_copy
 
         module, quantized = quantized_copy(module, quantize, group_size, quantize_embeddings)
     program, report = to_executorch(module, example_inputs, dynamic_shapes)
-    result = _write(program, report, path)
+    result = write(program, report, path)
     result.quantized = tuple(quantized)
     return result

@@ -45,7 +45,7 @@ class EncoderBlock(nn.Module):
 
     def __init__(self, dim=64, heads=4, vocab=256, mlp_ratio=4):
         super().__init__()
-        self.heads = heads
+        self.heads, self.head_dim = heads, dim // heads
         self.embed = nn.Embedding(vocab, dim)
         self.norm1 = nn.LayerNorm(dim)
         self.qkv = nn.Linear(dim, 3 * dim)
@@ -56,13 +56,12 @@ class EncoderBlock(nn.Module):
         self.down = nn.Linear(mlp_ratio * dim, dim)
 
     def attention(self, x):
-        batch, seq, dim = x.shape
-        head_dim = dim // self.heads
-        qkv = self.qkv(x).reshape(batch, seq, 3, self.heads, head_dim)
+        batch, seq, _ = x.shape
+        qkv = self.qkv(x).reshape(batch, seq, 3, self.heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-        scores = (q @ k.transpose(-2, -1)) / math.sqrt(head_dim)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
         out = torch.softmax(scores, dim=-1) @ v
-        return self.proj(out.transpose(1, 2).reshape(batch, seq, dim))
+        return self.proj(out.transpose(1, 2).reshape(batch, seq, self.heads * self.head_dim))
 
     def forward(self, tokens):
         x = self.embed(tokens)

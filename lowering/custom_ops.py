@@ -41,6 +41,19 @@ def _(x, shifts, dims):
     return torch.empty_like(x)
 
 
+@torch.library.custom_op("etmlx::all_sum", mutates_args=())
+def all_sum(x: torch.Tensor) -> torch.Tensor:
+    """The sum of ``x`` over the ranks of a tensor-parallel program
+    (``etmlx/tensor_parallel.py``): in one process, as eager PyTorch runs, a group of one
+    whose sum is ``x`` itself. Lowered to MLX's ``all_sum`` over its process group."""
+    return x.clone()
+
+
+@all_sum.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
 def dequantize_weight(qdata, scale, zero_point, group_size: int, bits: int) -> torch.Tensor:
     """The weight as torchao's own ``dequantize_affine`` computes it: signed ``bits``-bit
     values in int8, one scale (and zero point) per ``group_size`` values of a row."""

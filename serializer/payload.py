@@ -31,7 +31,8 @@ MAGIC = b"EMLX"
 # weights (QuantizedMatmul, Dequantize), Unary/Binary ops from IsNan to Atan2, and Sort.
 # 4: Rope (rotary embeddings fused into mx.fast.rope), IndexPut's `reduce`.
 # 5: ArgSort (sort and topk indices), GatherMm and GatherQmm (mixture-of-experts matmuls).
-FORMAT_VERSION = 5
+# 6: AllSum (tensor parallelism across processes).
+FORMAT_VERSION = 6
 _HEADER = struct.Struct("<4sIQII")
 HEADER_SIZE = _HEADER.size
 

@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401
     attention,
+    collectives,
     convolution,
     creation,
     distance,

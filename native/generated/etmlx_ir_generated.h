@@ -155,6 +155,9 @@ struct IntBinaryBuilder;
 struct SizeScalar;
 struct SizeScalarBuilder;
 
+struct AllSum;
+struct AllSumBuilder;
+
 struct Node;
 struct NodeBuilder;
 
@@ -263,6 +266,8 @@ inline const ::flatbuffers::TypeTable *SymSizeTypeTable();
 inline const ::flatbuffers::TypeTable *IntBinaryTypeTable();
 
 inline const ::flatbuffers::TypeTable *SizeScalarTypeTable();
+
+inline const ::flatbuffers::TypeTable *AllSumTypeTable();
 
 inline const ::flatbuffers::TypeTable *NodeTypeTable();
 
@@ -804,11 +809,12 @@ enum class Op : uint8_t {
   ArgSort = 43,
   GatherMm = 44,
   GatherQmm = 45,
+  AllSum = 46,
   MIN = NONE,
-  MAX = GatherQmm
+  MAX = AllSum
 };
 
-inline const Op (&EnumValuesOp())[46] {
+inline const Op (&EnumValuesOp())[47] {
   static const Op values[] = {
     Op::NONE,
     Op::Unary,
@@ -855,13 +861,14 @@ inline const Op (&EnumValuesOp())[46] {
     Op::Rope,
     Op::ArgSort,
     Op::GatherMm,
-    Op::GatherQmm
+    Op::GatherQmm,
+    Op::AllSum
   };
   return values;
 }
 
 inline const char * const *EnumNamesOp() {
-  static const char * const names[47] = {
+  static const char * const names[48] = {
     "NONE",
     "Unary",
     "Binary",
@@ -908,13 +915,14 @@ inline const char * const *EnumNamesOp() {
     "ArgSort",
     "GatherMm",
     "GatherQmm",
+    "AllSum",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameOp(Op e) {
-  if (::flatbuffers::IsOutRange(e, Op::NONE, Op::GatherQmm)) return "";
+  if (::flatbuffers::IsOutRange(e, Op::NONE, Op::AllSum)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesOp()[index];
 }
@@ -1101,6 +1109,10 @@ template<> struct OpTraits<etmlx_ir::GatherMm> {
 
 template<> struct OpTraits<etmlx_ir::GatherQmm> {
   static const Op enum_value = Op::GatherQmm;
+};
+
+template<> struct OpTraits<etmlx_ir::AllSum> {
+  static const Op enum_value = Op::AllSum;
 };
 
 template <bool B = false>
@@ -5140,6 +5152,61 @@ inline ::flatbuffers::Offset<SizeScalar> CreateSizeScalar(
   return builder_.Finish();
 }
 
+struct AllSum FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef AllSumBuilder Builder;
+  static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
+    return AllSumTypeTable();
+  }
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_X = 4,
+    VT_OUT = 6
+  };
+  const etmlx_ir::Tid *x() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_X);
+  }
+  const etmlx_ir::Tid *out() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_OUT);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_X, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_OUT, 4) &&
+           verifier.EndTable();
+  }
+};
+
+struct AllSumBuilder {
+  typedef AllSum Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_x(const etmlx_ir::Tid *x) {
+    fbb_.AddStruct(AllSum::VT_X, x);
+  }
+  void add_out(const etmlx_ir::Tid *out) {
+    fbb_.AddStruct(AllSum::VT_OUT, out);
+  }
+  explicit AllSumBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<AllSum> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<AllSum>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<AllSum> CreateAllSum(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const etmlx_ir::Tid *x = nullptr,
+    const etmlx_ir::Tid *out = nullptr) {
+  AllSumBuilder builder_(_fbb);
+  builder_.add_out(out);
+  builder_.add_x(x);
+  return builder_.Finish();
+}
+
 struct Node FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef NodeBuilder Builder;
   static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
@@ -5290,6 +5357,9 @@ struct Node FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   }
   const etmlx_ir::GatherQmm *op_as_GatherQmm() const {
     return op_type() == etmlx_ir::Op::GatherQmm ? static_cast<const etmlx_ir::GatherQmm *>(op()) : nullptr;
+  }
+  const etmlx_ir::AllSum *op_as_AllSum() const {
+    return op_type() == etmlx_ir::Op::AllSum ? static_cast<const etmlx_ir::AllSum *>(op()) : nullptr;
   }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
@@ -5479,6 +5549,10 @@ template<> inline const etmlx_ir::GatherMm *Node::op_as<etmlx_ir::GatherMm>() co
 
 template<> inline const etmlx_ir::GatherQmm *Node::op_as<etmlx_ir::GatherQmm>() const {
   return op_as_GatherQmm();
+}
+
+template<> inline const etmlx_ir::AllSum *Node::op_as<etmlx_ir::AllSum>() const {
+  return op_as_AllSum();
 }
 
 struct NodeBuilder {
@@ -6078,6 +6152,10 @@ inline bool VerifyOp(::flatbuffers::VerifierTemplate<B> &verifier, const void *o
       auto ptr = reinterpret_cast<const etmlx_ir::GatherQmm *>(obj);
       return verifier.VerifyTable(ptr);
     }
+    case Op::AllSum: {
+      auto ptr = reinterpret_cast<const etmlx_ir::AllSum *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
     default: return true;
   }
 }
@@ -6446,7 +6524,8 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     { ::flatbuffers::ET_SEQUENCE, 0, 41 },
     { ::flatbuffers::ET_SEQUENCE, 0, 42 },
     { ::flatbuffers::ET_SEQUENCE, 0, 43 },
-    { ::flatbuffers::ET_SEQUENCE, 0, 44 }
+    { ::flatbuffers::ET_SEQUENCE, 0, 44 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 45 }
   };
   static const ::flatbuffers::TypeFunction type_refs[] = {
     etmlx_ir::UnaryTypeTable,
@@ -6493,7 +6572,8 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     etmlx_ir::RopeTypeTable,
     etmlx_ir::ArgSortTypeTable,
     etmlx_ir::GatherMmTypeTable,
-    etmlx_ir::GatherQmmTypeTable
+    etmlx_ir::GatherQmmTypeTable,
+    etmlx_ir::AllSumTypeTable
   };
   static const char * const names[] = {
     "NONE",
@@ -6541,10 +6621,11 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     "Rope",
     "ArgSort",
     "GatherMm",
-    "GatherQmm"
+    "GatherQmm",
+    "AllSum"
   };
   static const ::flatbuffers::TypeTable tt = {
-    ::flatbuffers::ST_UNION, 46, type_codes, type_refs, nullptr, nullptr, names
+    ::flatbuffers::ST_UNION, 47, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }
@@ -7656,6 +7737,24 @@ inline const ::flatbuffers::TypeTable *SizeScalarTypeTable() {
   };
   static const ::flatbuffers::TypeTable tt = {
     ::flatbuffers::ST_TABLE, 3, type_codes, type_refs, nullptr, nullptr, names
+  };
+  return &tt;
+}
+
+inline const ::flatbuffers::TypeTable *AllSumTypeTable() {
+  static const ::flatbuffers::TypeCode type_codes[] = {
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 }
+  };
+  static const ::flatbuffers::TypeFunction type_refs[] = {
+    etmlx_ir::TidTypeTable
+  };
+  static const char * const names[] = {
+    "x",
+    "out"
+  };
+  static const ::flatbuffers::TypeTable tt = {
+    ::flatbuffers::ST_TABLE, 2, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }

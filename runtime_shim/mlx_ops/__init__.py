@@ -9,12 +9,13 @@ listed in ``FAMILY_TABLES``.
 from etmlx.serializer.ir import enum_names, op_enum
 
 from . import (
-    attention, convolution, creation, elementwise, indexing, matmul, normalization, quantized, reduction, scan, shape, sizes,
+    attention, collectives, convolution, creation, elementwise, indexing, matmul, normalization, quantized, reduction, scan,
+    shape, sizes,
 )
 
 HANDLERS = {}
 _FAMILIES = (
-    attention, convolution, creation, elementwise, indexing, matmul, normalization, quantized, reduction, scan, shape, sizes,
+    attention, collectives, convolution, creation, elementwise, indexing, matmul, normalization, quantized, reduction, scan, shape, sizes,
 )
 for _family in _FAMILIES:
     HANDLERS.update(_family.HANDLERS)

@@ -32,6 +32,7 @@ const Registry& registry() {
   static const Registry instance = [] {
     Registry r;
     register_attention(r);
+    register_collectives(r);
     register_convolution(r);
     register_creation(r);
     register_elementwise(r);

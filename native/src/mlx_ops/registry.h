@@ -58,6 +58,7 @@ const Registry& registry();
 
 // One per family file.
 void register_attention(Registry& registry);
+void register_collectives(Registry& registry);
 void register_convolution(Registry& registry);
 void register_creation(Registry& registry);
 void register_elementwise(Registry& registry);

@@ -50,6 +50,7 @@ class Op(object):
     ArgSort = 43
     GatherMm = 44
     GatherQmm = 45
+    AllSum = 46
 
 def OpCreator(unionType, table):
     from flatbuffers.table import Table
@@ -190,4 +191,7 @@ def OpCreator(unionType, table):
     if unionType == Op.GatherQmm:
         import etmlx.serializer.generated.etmlx_ir.GatherQmm
         return etmlx.serializer.generated.etmlx_ir.GatherQmm.GatherQmmT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op.AllSum:
+        import etmlx.serializer.generated.etmlx_ir.AllSum
+        return etmlx.serializer.generated.etmlx_ir.AllSum.AllSumT.InitFromBuf(table.Bytes, table.Pos)
     return None

@@ -1,0 +1,97 @@
+"""Tensor parallelism: one model run by N processes (``mlx.launch -n N``), each holding
+1/N of the attention and MLP weights, joined by MLX's distributed layer.
+
+``etmlx.export(..., tensor_parallel=N)`` shards the model per rank (``etmlx/sharding.py``)
+and writes each rank's program as its own ``.pte`` in one directory, with a manifest, so a
+rank reads only its own shard. ``etmlx.load(directory)`` (here: mlx only) joins the
+process group, checks its size and loads ``rank<r>.pte``.
+"""
+
+import json
+import os
+import sys
+import threading
+
+from .errors import EtMlxError
+from .runtime_shim.program import MethodCalls
+
+MANIFEST = "tensor_parallel.json"
+TIMEOUT_VARIABLE = "ETMLX_DISTRIBUTED_TIMEOUT"
+DEFAULT_TIMEOUT_S = 300.0
+
+
+def is_tensor_parallel(path) -> bool:
+    return isinstance(path, (str, os.PathLike)) and os.path.isfile(os.path.join(path, MANIFEST))
+
+
+def manifest(path) -> dict:
+    with open(os.path.join(path, MANIFEST)) as f:
+        return json.load(f)
+
+
+def rank_file(path, rank: int) -> str:
+    return os.path.join(path, manifest(path)["ranks"][rank])
+
+
+def load(path, runtime: str):
+    """This process's rank of the program in directory ``path``: joins MLX's process group
+    (``mx.distributed.init``; ``mlx.launch`` starts the ranks), checks its size, and loads
+    only this rank's file. Calls are watched: see ``Watched``."""
+    import mlx.core as mx
+
+    import etmlx
+
+    size = manifest(path)["size"]
+    group = mx.distributed.init()
+    if group.size() != size:
+        raise EtMlxError(
+            f"{path} was exported for {size} ranks, but this process group has {group.size()}: "
+            f"start it with `mlx.launch -n {size} ...` (or --hosts with {size} hosts)"
+        )
+    program = etmlx.load(rank_file(path, group.rank()), runtime=runtime)
+    return Watched(program, group.rank(), size, _timeout())
+
+
+def _timeout() -> float:
+    text = os.environ.get(TIMEOUT_VARIABLE, "")
+    try:
+        value = float(text) if text else DEFAULT_TIMEOUT_S
+    except ValueError:
+        raise EtMlxError(f"{TIMEOUT_VARIABLE}={text!r}: expected seconds") from None
+    if value <= 0:
+        raise EtMlxError(f"{TIMEOUT_VARIABLE}={text!r}: expected seconds, more than 0")
+    return value
+
+
+def _abort(rank: int, size: int, method: str, seconds: float) -> None:
+    sys.stderr.write(
+        f"etmlx: rank {rank} of {size}: method '{method}' did not finish within {seconds:g} s; the other ranks "
+        f"did not answer (did one stop?). Exiting ({TIMEOUT_VARIABLE} sets the limit).\n"
+    )
+    sys.stderr.flush()
+    os._exit(75)
+
+
+class Watched(MethodCalls):
+    """A rank's program whose calls must finish within a time limit: a sum across ranks
+    waits for every rank, and MLX's ring backend waits forever for one that stopped
+    answering, so past the limit the process exits with a message instead of hanging."""
+
+    def __init__(self, program, rank: int, size: int, timeout_s: float):
+        self.program, self.rank, self.size, self.timeout_s = program, rank, size, timeout_s
+
+    @property
+    def method_names(self) -> list:
+        return self.program.method_names
+
+    def method_meta(self, name):
+        return self.program.method_meta(name)
+
+    def run_method(self, name, inputs):
+        timer = threading.Timer(self.timeout_s, _abort, (self.rank, self.size, name, self.timeout_s))
+        timer.daemon = True
+        timer.start()
+        try:
+            return self.program.run_method(name, inputs)
+        finally:
+            timer.cancel()
