@@ -24,10 +24,13 @@ def main(argv=None) -> int:
                         help="values per quantization group, a multiple of 32, or 'channel' for one per row (default 64)")
     export.add_argument("--no-quantize-embeddings", dest="quantize_embeddings", action="store_false",
                         help="with --quantize: keep embeddings in float")
+    export.add_argument("--tensor-parallel", type=_ranks, metavar="N",
+                        help="shard attention and MLP weights over N processes of `mlx.launch -n N`: "
+                             "-o names a directory of one .pte per rank")
     export.set_defaults(handler=_export)
 
     run = commands.add_parser("run", help="run a .pte on random inputs (or --inputs) and time it")
-    run.add_argument("pte")
+    run.add_argument("pte", help="a .pte, or a directory exported with --tensor-parallel (under mlx.launch)")
     run.add_argument("--method", default="forward")
     run.add_argument("--inputs", help=".npz whose arrays are the inputs, in the order saved (np.savez(f, a, b) or np.savez(f, x=a, y=b))")
     run.add_argument("--iterations", type=int, default=10, help="timed calls after one warm-up call")
@@ -37,7 +40,7 @@ def main(argv=None) -> int:
     run.set_defaults(handler=_run)
 
     inspect = commands.add_parser("inspect", help="show methods, MLX nodes, constants and outside kernels")
-    inspect.add_argument("pte")
+    inspect.add_argument("pte", help="a .pte, or a directory exported with --tensor-parallel")
     inspect.add_argument("--json", action="store_true", help="machine-readable output (lists every constant)")
     inspect.add_argument("--constants", action="store_true", help="list every constant, not only their count")
     inspect.set_defaults(handler=_inspect)
@@ -78,6 +81,12 @@ def load_factory(spec: str):
     return factory
 
 
+def _ranks(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of ranks, 1 or more")
+    return int(text)
+
+
 def _group_size(text: str):
     if text == "channel":
         return None
@@ -94,8 +103,17 @@ def _export(args) -> int:
     if not isinstance(made, tuple) or len(made) not in (2, 3):
         raise EtMlxError("the factory must return (module, example_inputs) or (module, example_inputs, dynamic_shapes)")
     module, inputs, dynamic_shapes = (*made, None) if len(made) == 2 else made
-    result = export(module, inputs, args.output, dynamic_shapes, args.quantize, args.group_size, args.quantize_embeddings)
-    print(f"wrote {result.path} ({result.size_bytes} bytes)")
+    result = export(
+        module, inputs, args.output, dynamic_shapes, args.quantize, args.group_size, args.quantize_embeddings,
+        args.tensor_parallel,
+    )
+    if args.tensor_parallel:
+        sizes = ", ".join(f"{os.path.basename(rank.path)} {rank.size_bytes} bytes" for rank in result.ranks)
+        print(f"wrote {result.path}: {result.size} ranks ({sizes})")
+        for decision in result.decisions:
+            print(f"  {decision}")
+    else:
+        print(f"wrote {result.path} ({result.size_bytes} bytes)")
     if args.quantize:
         print(f"quantized to {args.quantize}: {len(result.quantized)} layer(s): {', '.join(result.quantized) or 'none'}")
     print(result.report.summary())
@@ -147,14 +165,16 @@ def _run(args) -> int:
     from . import load
     from .inspection import inspect_program
     from .runtime_shim.blas import preload_openblas
+    from .tensor_parallel import is_tensor_parallel, rank_file
     from .timing import call_times
 
     program = load(args.pte, runtime=args.runtime)
+    pte = rank_file(args.pte, program.rank) if is_tensor_parallel(args.pte) else args.pte
     if args.inputs:
         with np.load(args.inputs) as archive:
             inputs = [archive[name] for name in _input_order(archive.files)]
     else:
-        method = inspect_program(args.pte)["methods"].get(args.method)
+        method = inspect_program(pte)["methods"].get(args.method)
         if method is None:
             raise EtMlxError(f"{args.pte} has no method {args.method!r} (methods: {', '.join(program.method_names)})")
         inputs = _random_inputs(method, args.seed)
@@ -173,7 +193,16 @@ def _run(args) -> int:
 def _inspect(args) -> int:
     from .inspection import format_text, inspect_program
 
-    report = inspect_program(args.pte)
+    from .tensor_parallel import is_tensor_parallel, manifest, rank_file
+
+    if is_tensor_parallel(args.pte):  # the ranks' programs differ only in their shards: rank 0 speaks for all
+        shards = manifest(args.pte)
+        report = {**inspect_program(rank_file(args.pte, 0)), "tensor_parallel": shards}
+        if not args.json:
+            print(f"tensor parallel over {shards['size']} ranks ({', '.join(shards['ranks'])}); rank 0:")
+            print("\n".join(f"  {block}" for block in shards["blocks"]))
+    else:
+        report = inspect_program(args.pte)
     print(json.dumps(report, indent=2) if args.json else format_text(report, constants=args.constants))
     return 0
 

@@ -128,3 +128,23 @@ def test_tensor_parallel_arguments_are_checked(tmp_path):
         etmlx.export(block, tokens, tmp_path / "zero", tensor_parallel=0)
     with pytest.raises(etmlx.ExportError, match="quantize= with tensor_parallel="):
         etmlx.export(block, tokens, tmp_path / "quantized", tensor_parallel=2, quantize="int4")
+
+
+def test_command_line(tmp_path):
+    """``etmlx export --tensor-parallel 2``, ``inspect`` of the directory, and ``etmlx run``
+    under ``mlx.launch`` (the timing loop included) and outside it (one clear error)."""
+    directory = tmp_path / "block"
+    cli = [sys.executable, "-m", "etmlx.cli"]
+    root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    exported = subprocess.run([*cli, "export", "examples/models.py:encoder_block", "-o", str(directory),
+                               "--tensor-parallel", "2"], capture_output=True, text=True, cwd=root)
+    assert exported.returncode == 0, exported.stderr
+    assert "2 ranks" in exported.stdout and "(root) attention: sharded" in exported.stdout
+    inspected = subprocess.run([*cli, "inspect", str(directory)], capture_output=True, text=True)
+    assert "tensor parallel over 2 ranks" in inspected.stdout and "AllSum" in inspected.stdout
+    alone = subprocess.run([*cli, "run", str(directory)], capture_output=True, text=True)
+    assert alone.returncode == 1 and "start it with `mlx.launch -n 2" in alone.stderr
+    launched = subprocess.run([LAUNCH, "-n", "2", "--backend", "ring", "--python", sys.executable,
+                               os.path.join(os.path.dirname(sys.executable), "etmlx"), "run", str(directory),
+                               "--iterations", "2"], capture_output=True, text=True, timeout=240)
+    assert launched.stdout.count("output 0: float32 (2, 16, 64)") == 2, launched.stdout + launched.stderr
