@@ -190,6 +190,10 @@ def export_ranks(path, size: int, lower_rank, module) -> TensorParallelResult:
     ranks, decisions = [], []
     for rank in range(size):
         sharded, decisions = shard(module, rank, size)
+        if size > 1 and not any(d.sharded for d in decisions):
+            found = "; ".join(map(str, decisions)) or "no attention block with q_proj/k_proj/v_proj/o_proj or qkv/proj, " \
+                "no MLP with up/down projections"
+            raise ExportError(f"tensor_parallel={size}: nothing of {type(module).__name__} splits over {size} ranks ({found})")
         program, report = lower_rank(sharded)
         declined = report.operators.get("etmlx::all_sum")
         if declined is not None and declined.declined:

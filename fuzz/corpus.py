@@ -11,6 +11,7 @@ import torch
 
 import etmlx
 from etmlx.quantization import quantized_copy
+from etmlx.sharding import shard
 from examples import models
 
 
@@ -118,6 +119,8 @@ def _factories():
     yield "rotary", Rotary(), (torch.randn(1, 2, 3, 8), torch.tensor([5])), None
     yield "experts", Experts(), (torch.randn(5, 16),), None
     yield "quantized_experts", quantized_copy(Experts(dim=32), "int4", 32)[0], (torch.randn(5, 32),), None
+    # rank 0's shard of 2 (AllSum nodes): run in a process group of one, where the sum is x
+    yield "tensor_parallel_rank", shard(block, 0, 2)[0], block_inputs, None
 
 
 def build(directory: pathlib.Path) -> list:

@@ -128,6 +128,11 @@ def test_tensor_parallel_arguments_are_checked(tmp_path):
         etmlx.export(block, tokens, tmp_path / "zero", tensor_parallel=0)
     with pytest.raises(etmlx.ExportError, match="quantize= with tensor_parallel="):
         etmlx.export(block, tokens, tmp_path / "quantized", tensor_parallel=2, quantize="int4")
+    with pytest.raises(etmlx.ExportError, match=r"nothing of EncoderBlock splits over 2 ranks \(\(root\) attention: replicated "
+                       r"\(3 heads do not split over 2 ranks\); \(root\) mlp: replicated \(hidden size 147"):
+        odd = EncoderBlock(dim=48, heads=3)
+        odd.up, odd.gate, odd.down = torch.nn.Linear(48, 147), torch.nn.Linear(48, 147), torch.nn.Linear(147, 48)
+        etmlx.export(odd.eval(), tokens, tmp_path / "odd", tensor_parallel=2)
 
 
 def test_command_line(tmp_path):
