@@ -1,12 +1,13 @@
-"""One rank of a tensor-parallel program, as ``mlx.launch -n N`` starts it (the tests'
-entry point): ``rank_main.py DIRECTORY RUNTIME OUT MODE``, where MODE is
+"""One rank of tensor-parallel programs, as ``mlx.launch -n N`` starts it (the tests'
+entry point): ``rank_main.py RUNTIME OUT JOB...``, each JOB ``NAME:MODE:DIRECTORY``, run in
+order in this one process, where MODE is
 
-- ``forward``: runs ``forward`` on the arrays of ``OUT/inputs.npz``;
-- ``generate``: greedy generation from the prompt in ``OUT/inputs.npz`` (prefill, then
+- ``forward``: runs ``forward`` on the arrays of ``OUT/NAME.npz``;
+- ``generate``: greedy generation from the prompt in ``OUT/NAME.npz`` (prefill, then
   decode), keeping every call's logits;
 - ``stall`` / ``die``: as ``forward``, but rank 1 stops answering first (sleeps; exits).
 
-Each rank writes its outputs to ``OUT/rank<r>.npz``.
+Each rank writes a job's outputs to ``OUT/NAME.rank<r>.npz``.
 """
 
 import os
@@ -42,11 +43,11 @@ def generate(program, prompt: np.ndarray, new_tokens: int, capacity: int) -> dic
     return {"tokens": np.array(tokens), "logits": np.stack(steps)}
 
 
-def main(directory, runtime, out, mode) -> None:
+def run(runtime, out, name, mode, directory) -> None:
     program = etmlx.load(directory, runtime=runtime)
     rank = program.rank
-    with np.load(os.path.join(out, "inputs.npz")) as archive:
-        inputs = {name: archive[name] for name in archive.files}
+    with np.load(os.path.join(out, f"{name}.npz")) as archive:
+        inputs = {key: archive[key] for key in archive.files}
     if mode == "generate":
         results = generate(program, inputs["prompt"], int(inputs["new_tokens"]), int(inputs["capacity"]))
     else:
@@ -54,8 +55,13 @@ def main(directory, runtime, out, mode) -> None:
             time.sleep(600)
         if rank == 1 and mode == "die":
             os._exit(3)
-        results = forward(program, [inputs[name] for name in sorted(inputs)])
-    np.savez(os.path.join(out, f"rank{rank}.npz"), **results)
+        results = forward(program, [inputs[key] for key in sorted(inputs)])
+    np.savez(os.path.join(out, f"{name}.rank{rank}.npz"), **results)
+
+
+def main(runtime, out, *jobs) -> None:
+    for job in jobs:
+        run(runtime, out, *job.split(":", 2))
 
 
 if __name__ == "__main__":

@@ -21,19 +21,19 @@ RANK_MAIN = os.path.join(os.path.dirname(__file__), "rank_main.py")
 LAUNCH = os.path.join(os.path.dirname(sys.executable), "mlx.launch")
 
 
-def launch(directory, out, mode, runtime="python", ranks=2, env=None, timeout=240):
-    """Runs ``rank_main.py`` on ``ranks`` processes; returns (completed process, seconds)."""
-    command = [LAUNCH, "-n", str(ranks), "--backend", "ring", "--python", sys.executable,
-               RANK_MAIN, str(directory), runtime, str(out), mode]
+def launch(out, *jobs, runtime="python", ranks=2, env=None, timeout=300):
+    """Runs ``rank_main.py`` on ``ranks`` processes, each running the ``jobs``
+    (``NAME:MODE:DIRECTORY``) in order; returns (completed process, seconds)."""
+    command = [LAUNCH, "-n", str(ranks), "--backend", "ring", "--python", sys.executable, RANK_MAIN, runtime, str(out), *jobs]
     start = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
     return done, time.monotonic() - start
 
 
-def rank_outputs(out, ranks=2) -> list:
-    missing = [r for r in range(ranks) if not os.path.exists(out / f"rank{r}.npz")]
-    assert not missing, f"ranks {missing} wrote nothing"
-    return [dict(np.load(out / f"rank{r}.npz")) for r in range(ranks)]
+def rank_outputs(out, name, done, ranks=2) -> list:
+    missing = [r for r in range(ranks) if not os.path.exists(out / f"{name}.rank{r}.npz")]
+    assert not missing, f"{name}: ranks {missing} wrote nothing\n{done.stdout}\n{done.stderr}"
+    return [dict(np.load(out / f"{name}.rank{r}.npz")) for r in range(ranks)]
 
 
 def _nodes(pte_path, method="forward") -> list:
@@ -42,98 +42,102 @@ def _nodes(pte_path, method="forward") -> list:
     return [n for d in info["delegates"] for n in d.get("nodes", [])]
 
 
-def _check_ranks(out, expected: np.ndarray, done) -> None:
-    for rank, outputs in enumerate(rank_outputs(out)):
-        np.testing.assert_allclose(outputs["out0"], expected, rtol=1e-5, atol=1e-5, err_msg=f"rank {rank}\n{done.stderr}")
+def _encoder_block(out, name, **sizes):
+    """An encoder block exported for 2 ranks into ``out/name``, its inputs in
+    ``out/name.npz``; returns (export result, eager's output, the block)."""
+    block, tokens = EncoderBlock(**sizes).eval(), torch.randint(0, 256, (2, 16))
+    result = etmlx.export(block, (tokens,), out / name, tensor_parallel=2)
+    np.savez(out / f"{name}.npz", tokens=tokens.numpy())
+    with torch.no_grad():
+        return result, block(tokens).numpy(), block
+
+
+PROMPT, NEW_TOKENS = [5, 17, 3, 99, 42], 8
 
 
 @pytest.fixture(scope="module")
-def two_rank_block(tmp_path_factory):
-    """The example encoder block exported for 2 ranks, with ``inputs.npz`` beside its
-    directory; returns (directory, export result, eager's output, the block)."""
-    directory = tmp_path_factory.mktemp("tp") / "block"
-    block, tokens = EncoderBlock().eval(), torch.randint(0, 256, (2, 16))
-    result = etmlx.export(block, (tokens,), directory, tensor_parallel=2)
-    np.savez(directory.parent / "inputs.npz", tokens=tokens.numpy())
-    with torch.no_grad():
-        return directory, result, block(tokens).numpy(), block
-
-
-@pytest.mark.parametrize("runtime", etmlx.RUNTIMES)
-def test_encoder_block_on_two_ranks(two_rank_block, runtime, tmp_path):
-    directory, result, expected, block = two_rank_block
-    os.link(directory.parent / "inputs.npz", tmp_path / "inputs.npz")
-    done, _ = launch(directory, tmp_path, "forward", runtime)
-    _check_ranks(tmp_path, expected, done)
-    assert [d.sharded for d in result.decisions] == [True, True]
-    # the attention output and the MLP's down projection, each summed across ranks
-    assert _nodes(result.ranks[0].path).count("AllSum") == 2
-    # a rank holds half of qkv, proj, up, gate and down (3/4 of the weights) and all of the rest
-    weights = sum(p.numel() * p.element_size() for p in block.parameters())
-    assert result.ranks[0].size_bytes < 0.66 * weights
-
-
-def test_heads_that_do_not_divide_stay_whole(tmp_path):
-    """3 heads over 2 ranks: the attention is replicated, the MLP still sharded."""
-    block, tokens = EncoderBlock(dim=48, heads=3).eval(), torch.randint(0, 256, (2, 16))
-    result = etmlx.export(block, (tokens,), tmp_path / "block", tensor_parallel=2)
-    attention, mlp = result.decisions
-    assert not attention.sharded and "3 heads do not split over 2 ranks" in attention.reason
-    assert mlp.sharded
-    assert _nodes(result.ranks[0].path).count("AllSum") == 1
-    np.savez(tmp_path / "inputs.npz", tokens=tokens.numpy())
-    done, _ = launch(tmp_path / "block", tmp_path, "forward")
-    with torch.no_grad():
-        _check_ranks(tmp_path, block(tokens).numpy(), done)
-
-
-@pytest.fixture(scope="module")
-def two_rank_llama(tmp_path_factory):
+def exported(tmp_path_factory):
+    """Every program the ranks run, exported once: the encoder block, one whose 3 heads do
+    not split over 2 ranks, and the tiny Llama (prefill + decode)."""
     from etmlx import causal_lm
 
+    out = tmp_path_factory.mktemp("tp")
+    programs = {"block": _encoder_block(out, "block"), "odd_heads": _encoder_block(out, "odd_heads", dim=48, heads=3)}
     model = tiny_llama().eval()
-    directory = tmp_path_factory.mktemp("tp") / "llama"
-    result = etmlx.export_methods(
-        lambda m: causal_lm.export_methods(m, max_prompt=8), directory, tensor_parallel=2, model=model
-    )
-    return result, model
+    llama = etmlx.export_methods(lambda m: causal_lm.export_methods(m, max_prompt=8), out / "llama", tensor_parallel=2, model=model)
+    np.savez(out / "llama.npz", prompt=np.array(PROMPT), new_tokens=np.array(NEW_TOKENS), capacity=np.array(MAX_CACHE))
+    programs["llama"] = (llama, None, model)
+    return out, programs
 
 
-@pytest.mark.parametrize("runtime", etmlx.RUNTIMES)
-def test_tiny_llama_prefill_then_decode_on_two_ranks(two_rank_llama, runtime, tmp_path):
-    result, model = two_rank_llama
+@pytest.fixture(scope="module", params=etmlx.RUNTIMES)
+def ran(request, exported, tmp_path_factory):
+    """All of them run by one launch of 2 ranks per runtime (a rank's start-up, the
+    native runtime's above all, costs more than the programs)."""
+    out, programs = exported
+    results = tmp_path_factory.mktemp(request.param)
+    for name in programs:
+        os.link(out / f"{name}.npz", results / f"{name}.npz")
+    jobs = [f"block:forward:{out / 'block'}", f"odd_heads:forward:{out / 'odd_heads'}", f"llama:generate:{out / 'llama'}"]
+    done, _ = launch(results, *jobs, runtime=request.param)
+    return programs, results, done
+
+
+@pytest.mark.parametrize("name", ["block", "odd_heads"])
+def test_encoder_block_on_two_ranks(ran, name):
+    programs, results, done = ran
+    result, expected, block = programs[name]
+    for rank, outputs in enumerate(rank_outputs(results, name, done)):
+        np.testing.assert_allclose(outputs["out0"], expected, rtol=1e-5, atol=1e-5, err_msg=f"rank {rank}")
+    if name == "block":
+        assert [d.sharded for d in result.decisions] == [True, True]
+        # the attention output and the MLP's down projection, each summed across ranks
+        assert _nodes(result.ranks[0].path).count("AllSum") == 2
+        # a rank holds half of qkv, proj, up, gate and down (3/4 of the weights) and all of the rest
+        weights = sum(p.numel() * p.element_size() for p in block.parameters())
+        assert result.ranks[0].size_bytes < 0.66 * weights
+    else:  # 3 heads over 2 ranks: the attention is replicated, the MLP still sharded
+        attention, mlp = result.decisions
+        assert not attention.sharded and "3 heads do not split over 2 ranks" in attention.reason
+        assert mlp.sharded
+        assert _nodes(result.ranks[0].path).count("AllSum") == 1
+
+
+def test_tiny_llama_prefill_then_decode_on_two_ranks(ran):
+    programs, results, done = ran
+    result, _, model = programs["llama"]
     assert all(d.sharded for d in result.decisions) and len(result.decisions) == 4  # 2 layers x (attention, MLP)
     assert _nodes(result.ranks[0].path, "decode").count("AllSum") == 4
-    prompt, new_tokens = [5, 17, 3, 99, 42], 8
-    np.savez(tmp_path / "inputs.npz", prompt=np.array(prompt), new_tokens=np.array(new_tokens), capacity=np.array(MAX_CACHE))
-    done, _ = launch(result.path, tmp_path, "generate", runtime)
-    expected_tokens = eager_greedy(model, prompt, new_tokens)
+    expected_tokens = eager_greedy(model, PROMPT, NEW_TOKENS)
     with torch.no_grad():  # the logits of every position, from the whole sequence at once
-        logits = model(torch.tensor([expected_tokens])).logits[0, len(prompt) - 1:-1].numpy()
-    for rank, outputs in enumerate(rank_outputs(tmp_path)):
-        assert outputs["tokens"].tolist() == expected_tokens, f"rank {rank}\n{done.stderr}"
+        logits = model(torch.tensor([expected_tokens])).logits[0, len(PROMPT) - 1:-1].numpy()
+    for rank, outputs in enumerate(rank_outputs(results, "llama", done)):
+        assert outputs["tokens"].tolist() == expected_tokens, f"rank {rank}"
         np.testing.assert_allclose(outputs["logits"], logits, rtol=1e-5, atol=1e-5, err_msg=f"rank {rank}")
 
 
-def test_wrong_world_size_is_one_clear_error(two_rank_block):
+def test_wrong_world_size_is_one_clear_error(exported):
     """This test process is a group of one."""
+    out, _ = exported
     with pytest.raises(EtMlxError, match=r"exported for 2 ranks, but this process group has 1: start it with `mlx.launch -n 2"):
-        etmlx.load(two_rank_block[0])
+        etmlx.load(out / "block")
 
 
-def test_a_rank_that_stops_answering_stops_the_others(two_rank_block):
+def test_a_rank_that_stops_answering_stops_the_others(exported, tmp_path):
     """Rank 1 sleeps instead of calling: rank 0's sum would wait forever on the ring."""
-    directory = two_rank_block[0]
-    done, seconds = launch(directory, directory.parent, "stall", env={"ETMLX_DISTRIBUTED_TIMEOUT": "3"})
+    out, _ = exported
+    os.link(out / "block.npz", tmp_path / "block.npz")
+    done, seconds = launch(tmp_path, f"block:stall:{out / 'block'}", env={"ETMLX_DISTRIBUTED_TIMEOUT": "3"})
     assert "rank 0 of 2: method 'forward' did not finish within 3 s" in done.stderr + done.stdout
     assert seconds < 60
 
 
-def test_a_rank_that_dies_fails_the_others(two_rank_block):
-    directory = two_rank_block[0]
-    done, seconds = launch(directory, directory.parent, "die")
+def test_a_rank_that_dies_fails_the_others(exported, tmp_path):
+    out, _ = exported
+    os.link(out / "block.npz", tmp_path / "block.npz")
+    done, seconds = launch(tmp_path, f"block:die:{out / 'block'}")
     assert "connection to a peer was lost" in done.stderr + done.stdout or "exited with code" in done.stderr + done.stdout
-    assert not os.path.exists(directory.parent / "rank0.npz")
+    assert not os.path.exists(tmp_path / "block.rank0.npz")
     assert seconds < 60
 
 
