@@ -8,6 +8,7 @@ process group, checks its size and loads ``rank<r>.pte``.
 """
 
 import json
+import math
 import os
 import sys
 import threading
@@ -25,8 +26,20 @@ def is_tensor_parallel(path) -> bool:
 
 
 def manifest(path) -> dict:
-    with open(os.path.join(path, MANIFEST)) as f:
-        return json.load(f)
+    """The directory's manifest, checked: ``size`` ranks, one plain file name each."""
+    where = os.path.join(path, MANIFEST)
+    try:
+        with open(where) as f:
+            content = json.load(f)
+        size, ranks = content["size"], content["ranks"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise EtMlxError(f"{where} is damaged: {error}") from None
+    valid_size = isinstance(size, int) and not isinstance(size, bool) and size >= 1
+    if not valid_size or not isinstance(ranks, list) or len(ranks) != size or not all(
+        isinstance(name, str) and name and os.path.basename(name) == name and name not in (".", "..") for name in ranks
+    ):
+        raise EtMlxError(f"{where} is damaged: expected a size of 1 or more and that many file names in this directory")
+    return content
 
 
 def rank_file(path, rank: int) -> str:
@@ -58,7 +71,7 @@ def _timeout() -> float:
         value = float(text) if text else DEFAULT_TIMEOUT_S
     except ValueError:
         raise EtMlxError(f"{TIMEOUT_VARIABLE}={text!r}: expected seconds") from None
-    if value <= 0:
+    if not math.isfinite(value) or value <= 0:
         raise EtMlxError(f"{TIMEOUT_VARIABLE}={text!r}: expected seconds, more than 0")
     return value
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import etmlx
+from etmlx import tensor_parallel
 from etmlx.errors import EtMlxError
 from etmlx.inspection import inspect_program
 from examples.llm import MAX_CACHE, eager_greedy, tiny_llama
@@ -121,6 +122,21 @@ def test_wrong_world_size_is_one_clear_error(exported):
     out, _ = exported
     with pytest.raises(EtMlxError, match=r"exported for 2 ranks, but this process group has 1: start it with `mlx.launch -n 2"):
         etmlx.load(out / "block")
+
+
+@pytest.mark.parametrize("content", ['{"size": 2, "ranks": ["../../etc/passwd", "rank1.pte"]}', '{"size": 2}', "not json",
+                                     '{"size": true, "ranks": ["rank0.pte"]}', '{"size": 3, "ranks": ["rank0.pte"]}'])
+def test_a_damaged_manifest_is_one_clear_error(tmp_path, content):
+    (tmp_path / "tensor_parallel.json").write_text(content)
+    with pytest.raises(EtMlxError, match="tensor_parallel.json is damaged"):
+        etmlx.load(tmp_path)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "soon"])
+def test_a_timeout_that_is_no_duration_is_named(monkeypatch, value):
+    monkeypatch.setenv("ETMLX_DISTRIBUTED_TIMEOUT", value)
+    with pytest.raises(EtMlxError, match="ETMLX_DISTRIBUTED_TIMEOUT"):
+        tensor_parallel._timeout()
 
 
 def test_a_rank_that_stops_answering_stops_the_others(exported, tmp_path):
