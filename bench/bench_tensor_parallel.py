@@ -36,12 +36,11 @@ def rank_main(directory: str, runtime: str, prompt: int, new_tokens: int) -> Non
     import mlx.core as mx
 
     from etmlx import causal_lm
-    from etmlx.inspection import inspect_program
 
     mx.distributed.init()  # the ring's own buffers are not the program's
     before = _rss()
     program = etmlx.load(directory, runtime=runtime)
-    capacity = inspect_program(os.path.join(directory, f"rank{program.rank}.pte"))["methods"]["decode"]["inputs"][2]["sizes"][0]
+    capacity = causal_lm.cache_capacity(directory)
     tokens = list(range(1, prompt + 1))
     logits = program.run_method("prefill", [np.array([tokens]), np.arange(prompt), causal_lm.window(prompt, capacity)])[0]
     loaded = _rss() - before

@@ -35,6 +35,16 @@ def window(filled: int, capacity: int, step: int = WINDOW_STEP) -> np.ndarray:
     return np.zeros(min(capacity, -(-filled // step) * step), dtype=np.bool_)
 
 
+def cache_capacity(path) -> int:
+    """The KV-cache capacity (tokens) of a ``.pte`` written from ``export_methods``: the size
+    of its ``window`` input. For a tensor-parallel directory, of its ranks'."""
+    from .inspection import inspect_program
+    from .tensor_parallel import is_tensor_parallel, rank_file
+
+    pte = rank_file(path, 0) if is_tensor_parallel(path) else path
+    return inspect_program(pte)["methods"]["decode"]["inputs"][2]["sizes"][0]
+
+
 def export_methods(model, max_prompt: int = 32, max_cache_len=None) -> dict:
     """``{"prefill": ..., "decode": ...}`` ExportedPrograms of a Hugging Face causal LM
     over one static KV cache (for ``etmlx.export_methods``). Both take ``(input_ids,

@@ -97,9 +97,6 @@ class Watched(MethodCalls):
     def method_names(self) -> list:
         return self.program.method_names
 
-    def method_meta(self, name):
-        return self.program.method_meta(name)
-
     def run_method(self, name, inputs):
         timer = threading.Timer(self.timeout_s, _abort, (self.rank, self.size, name, self.timeout_s))
         timer.daemon = True

@@ -3,8 +3,8 @@ entry point): ``rank_main.py RUNTIME OUT JOB...``, each JOB ``NAME:MODE:DIRECTOR
 order in this one process, where MODE is
 
 - ``forward``: runs ``forward`` on the arrays of ``OUT/NAME.npz``;
-- ``generate``: greedy generation from the prompt in ``OUT/NAME.npz`` (prefill, then
-  decode), keeping every call's logits;
+- ``generate``: greedy generation (``examples/generate_tensor_parallel.py``) from the prompt
+  and token count in ``OUT/NAME.npz`` (prefill, then decode), keeping every call's logits;
 - ``stall`` / ``die``: as ``forward``, but rank 1 stops answering first (sleeps; exits).
 
 Each rank writes a job's outputs to ``OUT/NAME.rank<r>.npz``.
@@ -16,31 +16,15 @@ import time
 
 import numpy as np
 
-import etmlx
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import etmlx  # noqa: E402
+from etmlx import causal_lm  # noqa: E402
+from examples.generate_tensor_parallel import greedy  # noqa: E402
 
 
 def forward(program, inputs) -> dict:
     return {f"out{i}": np.asarray(out) for i, out in enumerate(program.run_method("forward", inputs))}
-
-
-def generate(program, prompt: np.ndarray, new_tokens: int, capacity: int) -> dict:
-    from etmlx import causal_lm
-
-    tokens = [int(t) for t in prompt]
-    logits = program.run_method(
-        "prefill", [np.array([tokens]), np.arange(len(tokens)), causal_lm.window(len(tokens), capacity)]
-    )[0]
-    steps = [np.asarray(logits)[0, -1]]
-    while True:
-        tokens.append(int(np.argmax(steps[-1])))
-        if len(tokens) == len(prompt) + new_tokens:
-            break
-        position = len(tokens) - 1
-        logits = program.run_method(
-            "decode", [np.array([[tokens[-1]]]), np.array([position]), causal_lm.window(position + 1, capacity)]
-        )[0]
-        steps.append(np.asarray(logits)[0, -1])
-    return {"tokens": np.array(tokens), "logits": np.stack(steps)}
 
 
 def run(runtime, out, name, mode, directory) -> None:
@@ -49,7 +33,8 @@ def run(runtime, out, name, mode, directory) -> None:
     with np.load(os.path.join(out, f"{name}.npz")) as archive:
         inputs = {key: archive[key] for key in archive.files}
     if mode == "generate":
-        results = generate(program, inputs["prompt"], int(inputs["new_tokens"]), int(inputs["capacity"]))
+        tokens, logits = greedy(program, inputs["prompt"].tolist(), int(inputs["new_tokens"]), causal_lm.cache_capacity(directory))
+        results = {"tokens": np.array(tokens), "logits": logits}
     else:
         if rank == 1 and mode == "stall":
             time.sleep(600)

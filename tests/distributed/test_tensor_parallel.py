@@ -15,7 +15,7 @@ import etmlx
 from etmlx import tensor_parallel
 from etmlx.errors import EtMlxError
 from etmlx.inspection import inspect_program
-from examples.llm import MAX_CACHE, eager_greedy, tiny_llama
+from examples.llm import eager_greedy, tiny_llama
 from examples.models import EncoderBlock
 
 RANK_MAIN = os.path.join(os.path.dirname(__file__), "rank_main.py")
@@ -66,7 +66,7 @@ def exported(tmp_path_factory):
     programs = {"block": _encoder_block(out, "block"), "odd_heads": _encoder_block(out, "odd_heads", dim=48, heads=3)}
     model = tiny_llama().eval()
     llama = etmlx.export_methods(lambda m: causal_lm.export_methods(m, max_prompt=8), out / "llama", tensor_parallel=2, model=model)
-    np.savez(out / "llama.npz", prompt=np.array(PROMPT), new_tokens=np.array(NEW_TOKENS), capacity=np.array(MAX_CACHE))
+    np.savez(out / "llama.npz", prompt=np.array(PROMPT), new_tokens=np.array(NEW_TOKENS))
     programs["llama"] = (llama, None, model)
     return out, programs
 
