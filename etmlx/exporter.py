@@ -65,6 +65,7 @@ def lower_methods(methods: dict):
     except SpecViolationError as error:
         raise ExportError(_not_in_edge_dialect(error, partitioner.report)) from None
     edge = edge.to_backend(partitioner)
+    _refuse_declined_custom_ops(partitioner.report)
     for name in methods:
         _keep_initial_values(edge.exported_program(name))
         _rename_inputs_named_like_state(edge.exported_program(name))
@@ -81,6 +82,15 @@ def _not_in_edge_dialect(error, report) -> str:
     ]
     because = f"; MLX declined it ({'; '.join(sorted(set(reasons)))})" if reasons else ""
     return f"ExecuTorch cannot take this program: {first}{because}"
+
+
+def _refuse_declined_custom_ops(report) -> None:
+    """etmlx's own ops have no ExecuTorch kernel: one MLX declined (a sum across ranks in
+    float64, say) would fail in ``to_executorch`` as "Missing out variants"."""
+    declined = sorted({f"{operator}: {reason}" for operator, entry in report.operators.items()
+                       if operator.startswith("etmlx::") for _, reason in entry.declined})
+    if declined:
+        raise ExportError(f"ExecuTorch has no kernel for etmlx's own ops that MLX declined ({'; '.join(declined)})")
 
 
 def _keep_initial_values(program) -> None:
