@@ -12,6 +12,7 @@ import math
 import os
 import sys
 import threading
+import time
 
 from .errors import EtMlxError
 from .runtime_shim.program import MethodCalls
@@ -88,20 +89,32 @@ def _abort(rank: int, size: int, method: str, seconds: float) -> None:
 class Watched(MethodCalls):
     """A rank's program whose calls must finish within a time limit: a sum across ranks
     waits for every rank, and MLX's ring backend waits forever for one that stopped
-    answering, so past the limit the process exits with a message instead of hanging."""
+    answering, so past the limit the process exits with a message instead of hanging.
+
+    One watcher thread per program looks at the running call's deadline once a second, so
+    a call only writes its deadline (a thread started per call cost ~190 us here)."""
+
+    POLL_S = 1.0
 
     def __init__(self, program, rank: int, size: int, timeout_s: float):
         self.program, self.rank, self.size, self.timeout_s = program, rank, size, timeout_s
+        self._running = None  # (method name, deadline) of the call in progress
+        threading.Thread(target=self._watch, name="etmlx-rank-watcher", daemon=True).start()
 
     @property
     def method_names(self) -> list:
         return self.program.method_names
 
     def run_method(self, name, inputs):
-        timer = threading.Timer(self.timeout_s, _abort, (self.rank, self.size, name, self.timeout_s))
-        timer.daemon = True
-        timer.start()
+        self._running = (name, time.monotonic() + self.timeout_s)
         try:
             return self.program.run_method(name, inputs)
         finally:
-            timer.cancel()
+            self._running = None
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(self.POLL_S)
+            running = self._running
+            if running is not None and time.monotonic() > running[1]:
+                _abort(self.rank, self.size, running[0], self.timeout_s)
