@@ -4,9 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install native demo test test-sanitize fuzz fuzz-sanitize bench clean
+.PHONY: install native demo test test-wheel test-sanitize fuzz fuzz-sanitize bench clean
 
-$(INSTALLED): pyproject.toml
+$(INSTALLED): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
@@ -16,7 +16,7 @@ install: $(INSTALLED)
 
 # The native backend (libetmlx_backend) and etmlx_run, into build/native; incremental.
 native: $(INSTALLED)
-	$(PY) native/build.py
+	$(VENV)/bin/etmlx build-native
 
 demo: native
 	$(PY) examples/demo.py
@@ -26,11 +26,22 @@ demo: native
 test: native
 	$(PY) -m pytest -q -n auto --dist loadfile
 
+# What a pip user gets: the wheel, installed with its dependencies into a fresh venv,
+# exports and runs a model on both runtimes, building the native backend from the
+# installed package (tests/wheel/smoke.py). The build goes to a cache inside build/wheel.
+WHEEL_DIR := build/wheel
+test-wheel: $(INSTALLED)
+	rm -rf $(WHEEL_DIR) build/lib build/bdist.*   # setuptools would ship what an earlier build left there
+	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation -w $(WHEEL_DIR)/dist .
+	$(PYTHON) -m venv $(WHEEL_DIR)/venv
+	$(WHEEL_DIR)/venv/bin/python -m pip install --quiet "$$(ls $(WHEEL_DIR)/dist/etmlx-*.whl)[native]"
+	cd $(WHEEL_DIR) && XDG_CACHE_HOME=$(CURDIR)/$(WHEEL_DIR)/cache venv/bin/python $(CURDIR)/tests/wheel/smoke.py
+
 # The native tests again, with the backend built under AddressSanitizer and UBSan
 # (loaded into Python with the sanitizer runtime preloaded).
 SANITIZER_PRELOAD = $(shell gcc -print-file-name=libasan.so) $(shell gcc -print-file-name=libstdc++.so)
 test-sanitize: $(INSTALLED)
-	$(PY) native/build.py --build-dir build/native-asan --sanitize
+	$(VENV)/bin/etmlx build-native --build-dir build/native-asan --sanitize
 	ETMLX_NATIVE_LIBRARY=build/native-asan/libetmlx_backend.so LD_PRELOAD="$(SANITIZER_PRELOAD)" \
 	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	$(PY) -m pytest -q tests/native tests/lowering/test_indexing.py tests/models/test_kv_cache.py
@@ -44,7 +55,7 @@ fuzz: native
 
 # The same with the native backend built under AddressSanitizer and UBSan.
 fuzz-sanitize: $(INSTALLED)
-	$(PY) native/build.py --build-dir build/native-asan --sanitize
+	$(VENV)/bin/etmlx build-native --build-dir build/native-asan --sanitize
 	ETMLX_NATIVE_LIBRARY=build/native-asan/libetmlx_backend.so LD_PRELOAD="$(SANITIZER_PRELOAD)" \
 	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	$(PY) fuzz/run.py --cases $(FUZZ_CASES) --seed $(FUZZ_SEED) --runtimes executorch

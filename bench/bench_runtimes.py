@@ -23,7 +23,7 @@ import etmlx.native  # noqa: E402
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from etmlx.native.build import DEFAULT_BUILD_DIR  # noqa: E402
+from etmlx.native_build import default_build_dir  # noqa: E402
 from etmlx.runtime_shim.blas import preload_openblas  # noqa: E402
 from etmlx.timing import median_seconds  # noqa: E402
 
@@ -57,7 +57,7 @@ def native_cpp_seconds(path: str, inputs, tmp: str) -> float:
         files.append(os.path.join(tmp, f"input_{i}.npy"))
         np.save(files[-1], x.numpy())
     run = subprocess.run(
-        [str(DEFAULT_BUILD_DIR / "etmlx_run"), path, *files, "--repeat", str(CALLS + 1), "--output-dir", tmp],
+        [str(default_build_dir() / "etmlx_run"), path, *files, "--repeat", str(CALLS + 1), "--output-dir", tmp],
         capture_output=True, text=True, check=True,
     )
     return float(re.search(r"median of the next \d+: ([\d.]+) ms", run.stdout).group(1)) / 1e3

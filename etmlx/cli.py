@@ -1,4 +1,4 @@
-"""The ``etmlx`` command: export, run, inspect."""
+"""The ``etmlx`` command: export, run, inspect, ops, build-native."""
 
 import argparse
 import importlib.util
@@ -48,6 +48,12 @@ def main(argv=None) -> int:
     ops = commands.add_parser("ops", help="which core ATen operators MLX computes (the support table)")
     ops.add_argument("--json", action="store_true", help="machine-readable output")
     ops.set_defaults(handler=_ops)
+
+    build_native = commands.add_parser("build-native", help="build the native backend for ExecuTorch's C++ runtime "
+                                       "(needs `pip install 'etmlx[native]'` and a C++20 compiler)")
+    build_native.add_argument("--build-dir", help="default: build/native in a checkout, else a folder of the user's cache")
+    build_native.add_argument("--sanitize", action="store_true", help="with AddressSanitizer and UBSan")
+    build_native.set_defaults(handler=_build_native)
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -207,5 +213,15 @@ def _inspect(args) -> int:
     return 0
 
 
+def _build_native(args) -> int:
+    import pathlib
+
+    from .native_build import build
+
+    print(build(pathlib.Path(args.build_dir) if args.build_dir else None, args.sanitize))
+    return 0
+
+
 if __name__ == "__main__":
     sys.exit(main())
+

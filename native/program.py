@@ -14,7 +14,7 @@ from etmlx.runtime_shim.errors import ExecutionError, IndexRangeError, NoSuchMet
 from etmlx.runtime_shim.program import MethodCalls
 from etmlx.runtime_shim.pte_file import read_pte
 
-from . import INDEX_RANGE_ERROR, clear_last_error, last_error, last_error_detail
+from .library import INDEX_RANGE_ERROR, clear_last_error, last_error, last_error_detail
 from .plan_checks import check_program
 
 

