@@ -18,6 +18,8 @@ as ExecuTorch passes them: tensors as ``TensorValue`` (write outputs in place wi
 import importlib
 from typing import Callable, Optional, Protocol
 
+from etmlx.serializer.constants import BACKEND_ID
+
 from .errors import BackendError
 from .pte_file import NamedDataLookup
 from .state import ProgramState
@@ -35,7 +37,7 @@ _FACTORIES: dict[str, BackendFactory] = {}
 
 # Backends whose module registers itself on import; imported on first use so the
 # runtime does not pay for (or require) them when a program has no such delegate.
-_SELF_REGISTERING = {"EtMlxBackend": "etmlx.runtime_shim.mlx_delegate"}
+_SELF_REGISTERING = {BACKEND_ID: "etmlx.runtime_shim.mlx_delegate"}
 
 
 def register_backend(backend_id: str, factory: BackendFactory) -> None:

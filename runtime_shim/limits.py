@@ -11,25 +11,35 @@ once, when first needed, so a malformed value fails the load that needs it, not 
 
 import functools
 import os
+import re
 
-GIB = 1 << 30
+from etmlx.serializer.constants import DEFAULT_MAX_ARRAY_BYTES
+
+
+def parse_byte_count(text: str):
+    """A limit's value: decimal digits only, at most 2^63 - 1; None otherwise (a sign,
+    spaces, an empty string). The native backend reads the same (``parse_byte_count``
+    in native/src/resource_limits.h)."""
+    if not re.fullmatch(r"[0-9]{1,19}", text) or int(text) >= 1 << 63:
+        return None
+    return int(text)
 
 
 def _limit(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if value is None:
+    text = os.environ.get(name)
+    if text is None:
         return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"{name} must be a number of bytes, not {value!r}") from None
+    value = parse_byte_count(text)
+    if value is None:
+        raise ValueError(f"{name} must be a number of bytes, not {text!r}")
+    return value
 
 
 @functools.cache
 def max_arena_bytes() -> int:
-    return _limit("ETMLX_MAX_ARENA_BYTES", 16 * GIB)
+    return _limit("ETMLX_MAX_ARENA_BYTES", 16 << 30)
 
 
 @functools.cache
 def max_array_bytes() -> int:
-    return _limit("ETMLX_MAX_ARRAY_BYTES", 16 * GIB)
+    return _limit("ETMLX_MAX_ARRAY_BYTES", DEFAULT_MAX_ARRAY_BYTES)

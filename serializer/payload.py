@@ -18,21 +18,11 @@ import zlib
 
 import flatbuffers
 
+from .constants import FORMAT_VERSION, PAYLOAD_MAGIC as MAGIC
 from .errors import PayloadError
 from .generated.etmlx_ir import Graph as graph_module
 from .validate import validate
 
-# The id ExecuTorch files payloads of this format under: the AOT backend's class name
-# (lowering/preprocess.py) and what both runtimes register (native/src/backend.cpp,
-# which a test compares with this).
-BACKEND_ID = "EtMlxBackend"
-MAGIC = b"EMLX"
-# 1: the first format. 2: CheckIndex (bounds-checked run-time indices). 3: quantized
-# weights (QuantizedMatmul, Dequantize), Unary/Binary ops from IsNan to Atan2, and Sort.
-# 4: Rope (rotary embeddings fused into mx.fast.rope), IndexPut's `reduce`.
-# 5: ArgSort (sort and topk indices), GatherMm and GatherQmm (mixture-of-experts matmuls).
-# 6: AllSum (tensor parallelism across processes).
-FORMAT_VERSION = 6
 _HEADER = struct.Struct("<4sIQII")
 HEADER_SIZE = _HEADER.size
 

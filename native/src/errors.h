@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "constants.h"
+
 namespace etmlx::native {
 
 // The payload, or the program data it names, is malformed: init answers
@@ -32,9 +34,8 @@ class IndexRangeError : public std::runtime_error {
 };
 
 // What the last error the backend returned on this thread was, for callers
-// (etmlx.native) that want more than the ExecuTorch error code. The values are
-// part of the C interface (c_api.cpp).
-enum class ErrorKind : int { None = 0, Format = 1, Version = 2, Input = 3, IndexRange = 4, Memory = 5, Other = 6 };
+// (etmlx.native) that want more than the ExecuTorch error code; its kind is an
+// ErrorKind (constants.h, from serializer/constants.py).
 
 struct LastError {
   ErrorKind kind = ErrorKind::None;

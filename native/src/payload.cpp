@@ -11,7 +11,6 @@ namespace etmlx::native {
 namespace {
 
 constexpr size_t kHeaderSize = 24;
-constexpr char kMagic[4] = {'E', 'M', 'L', 'X'};
 
 // The flatbuffer verifier's limits: deep enough and large enough for any graph
 // the writer makes, small enough that a hostile file cannot make it spin.
@@ -54,7 +53,7 @@ Payload read_payload(std::span<const uint8_t> bytes) {
     throw FormatError("payload truncated: " + std::to_string(bytes.size()) + " bytes, header needs " +
                       std::to_string(kHeaderSize));
   }
-  if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+  if (std::memcmp(bytes.data(), kPayloadMagic, sizeof(kPayloadMagic)) != 0) {
     throw FormatError("not an etmlx payload: bad magic");
   }
   const auto version = read_le<uint32_t>(bytes, 4);

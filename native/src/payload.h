@@ -6,14 +6,11 @@
 #include <span>
 #include <vector>
 
+#include "constants.h"  // kFormatVersion: the newest payload this reads; a newer one is a VersionError
 #include "etmlx_ir_generated.h"
 #include "validate.h"
 
 namespace etmlx::native {
-
-// The format version this reader understands (serializer/payload.py's
-// FORMAT_VERSION); a newer payload is refused with a VersionError.
-inline constexpr uint32_t kFormatVersion = 6;
 
 // A verified payload: the Graph lives in `storage`, an 8-byte-aligned copy of
 // the flatbuffer, so the delegate no longer needs ExecuTorch's buffer.

@@ -1,35 +1,48 @@
 #include "resource_limits.h"
 
 #include <cstdlib>
+#include <optional>
 #include <limits>
 #include <stdexcept>
 #include <string>
 
+#include "constants.h"
 #include "errors.h"
 
 namespace etmlx::native {
 
 namespace {
 
-constexpr uint64_t kGiB = uint64_t{1} << 30;
-
 uint64_t read_limit(const char* name, uint64_t fallback) {
   const char* text = std::getenv(name);
   if (text == nullptr) {
     return fallback;
   }
-  char* end = nullptr;
-  const unsigned long long value = std::strtoull(text, &end, 10);
-  if (end == text || *end != '\0' || text[0] == '-') {  // as runtime_shim/limits.py refuses it
+  const auto value = parse_byte_count(text);
+  if (!value) {
     throw std::invalid_argument(std::string(name) + " must be a number of bytes, not '" + text + "'");
   }
-  return value;
+  return *value;
 }
 
 }  // namespace
 
+std::optional<uint64_t> parse_byte_count(std::string_view text) {
+  if (text.empty() || text.size() > 19) {  // 19 digits always fit in 63 bits
+    return std::nullopt;
+  }
+  uint64_t value = 0;
+  for (const char c : text) {
+    if (c < '0' || c > '9') {
+      return std::nullopt;
+    }
+    value = value * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return value <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ? std::optional(value) : std::nullopt;
+}
+
 uint64_t max_array_bytes() {
-  static const uint64_t limit = read_limit("ETMLX_MAX_ARRAY_BYTES", 16 * kGiB);
+  static const uint64_t limit = read_limit("ETMLX_MAX_ARRAY_BYTES", kDefaultMaxArrayBytes);
   return limit;
 }
 

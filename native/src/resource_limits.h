@@ -4,14 +4,21 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include <mlx/array.h>
 
 namespace etmlx::native {
 
-// ETMLX_MAX_ARRAY_BYTES (default 16 GiB): the largest array one node may make.
+// ETMLX_MAX_ARRAY_BYTES (default kDefaultMaxArrayBytes, 16 GiB): the largest
+// array one node may make.
 uint64_t max_array_bytes();
+
+// A limit's value: decimal digits only, at most 2^63 - 1; nullopt otherwise
+// (a sign, spaces, an empty string). runtime_shim/limits.py reads the same.
+std::optional<uint64_t> parse_byte_count(std::string_view text);
 
 // Throws FormatError when `array` (not yet evaluated) would be larger than
 // max_array_bytes(); computed from its shape, so it holds even where the

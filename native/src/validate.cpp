@@ -6,6 +6,7 @@
 
 #include <flatbuffers/minireflect.h>
 
+#include "constants.h"
 #include "errors.h"
 
 namespace etmlx::native {
@@ -13,9 +14,6 @@ namespace etmlx::native {
 namespace {
 
 using flatbuffers::TypeTable;
-
-// Slot counts past this are refused before anything is allocated for them.
-constexpr uint32_t kMaxSlots = 1u << 24;
 
 class Slots {
  public:
@@ -241,7 +239,7 @@ Slots& slots_of(etmlx_ir::ValueKind kind, Slots& tensors, Slots& ints, const std
 
 GraphLayout validate(const etmlx_ir::Graph& graph) {
   for (const auto& [kind, count] : {std::pair{"tensor", graph.num_tensor_slots()}, {"int", graph.num_int_slots()}}) {
-    if (count > kMaxSlots) {
+    if (count > kMaxSlots) {  // refused before anything is allocated for them
       throw FormatError("graph declares " + std::to_string(count) + " " + kind + " slots; at most " +
                         std::to_string(kMaxSlots));
     }

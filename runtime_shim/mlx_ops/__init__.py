@@ -2,11 +2,14 @@
 
 Each module exports ``HANDLERS``: table name -> ``handler(op, env)`` returning the
 value of the node's ``out`` (an mx.array) or ``outInt`` (an int). A family table
-(``Unary``, ``Binary``, ...) dispatches on its ``op`` enum through a dict of its own,
-listed in ``FAMILY_TABLES``.
+(``Unary``, ``Binary``, ...) dispatches on its ``op`` enum through a dict, listed in
+``FAMILY_TABLES``: generated from the schema's ``mlx`` attributes where the op is one MLX
+function (``runtime_shim/generated/mlx_functions.py``), else the family's own.
 """
 
 from etmlx.serializer.ir import enum_names, op_enum
+
+from ..generated.mlx_functions import ARG_REDUCE_OP, BINARY_OP, REDUCE_OP, SCAN_OP, UNARY_OP
 
 from . import (
     attention, collectives, convolution, creation, elementwise, indexing, matmul, normalization, quantized, reduction, scan,
@@ -21,11 +24,11 @@ for _family in _FAMILIES:
     HANDLERS.update(_family.HANDLERS)
 
 FAMILY_TABLES = {
-    "Unary": elementwise.UNARY,
-    "Binary": elementwise.BINARY,
-    "Reduce": reduction.REDUCE,
-    "ArgReduce": reduction.ARG_REDUCE,
-    "Scan": scan.SCAN,
+    "Unary": UNARY_OP,
+    "Binary": BINARY_OP,
+    "Reduce": REDUCE_OP,
+    "ArgReduce": ARG_REDUCE_OP,
+    "Scan": SCAN_OP,
     "IntBinary": sizes.INT_BINARY,
     "Pool": convolution.POOL,
 }

@@ -1,74 +1,8 @@
 import mlx.core as mx
-import mlx.nn as nn
 
-from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
-from etmlx.serializer.generated.etmlx_ir.UnaryOp import UnaryOp
-
+from ..generated.mlx_functions import BINARY_OP, UNARY_OP
 from .env import MX_DTYPES, fill_value
 
-UNARY = {
-    UnaryOp.Neg: mx.negative,
-    UnaryOp.Abs: mx.abs,
-    UnaryOp.Exp: mx.exp,
-    UnaryOp.Log: mx.log,
-    UnaryOp.Sqrt: mx.sqrt,
-    UnaryOp.Rsqrt: mx.rsqrt,
-    UnaryOp.Reciprocal: mx.reciprocal,
-    UnaryOp.Sin: mx.sin,
-    UnaryOp.Cos: mx.cos,
-    UnaryOp.Tanh: mx.tanh,
-    UnaryOp.Sigmoid: mx.sigmoid,
-    UnaryOp.Erf: mx.erf,
-    UnaryOp.Floor: mx.floor,
-    UnaryOp.Ceil: mx.ceil,
-    UnaryOp.Relu: nn.relu,
-    UnaryOp.Silu: nn.silu,
-    UnaryOp.GeluErf: nn.gelu,
-    UnaryOp.GeluTanh: nn.gelu_approx,
-    UnaryOp.LogicalNot: mx.logical_not,
-    UnaryOp.Sign: mx.sign,
-    UnaryOp.Log1p: mx.log1p,
-    UnaryOp.Expm1: mx.expm1,
-    UnaryOp.Tan: mx.tan,
-    UnaryOp.Atan: mx.arctan,
-    UnaryOp.Asin: mx.arcsin,
-    UnaryOp.Acos: mx.arccos,
-    UnaryOp.Sinh: mx.sinh,
-    UnaryOp.Cosh: mx.cosh,
-    UnaryOp.IsNan: mx.isnan,
-    UnaryOp.IsInf: mx.isinf,
-    UnaryOp.Log2: mx.log2,
-    UnaryOp.Log10: mx.log10,
-    UnaryOp.Round: mx.round,
-    UnaryOp.Asinh: mx.arcsinh,
-    UnaryOp.Acosh: mx.arccosh,
-    UnaryOp.Atanh: mx.arctanh,
-    UnaryOp.BitwiseNot: mx.bitwise_invert,
-}
-
-BINARY = {
-    BinaryOp.Add: mx.add,
-    BinaryOp.Sub: mx.subtract,
-    BinaryOp.Mul: mx.multiply,
-    BinaryOp.Div: mx.divide,
-    BinaryOp.Maximum: mx.maximum,
-    BinaryOp.Minimum: mx.minimum,
-    BinaryOp.Power: mx.power,
-    BinaryOp.Equal: mx.equal,
-    BinaryOp.NotEqual: mx.not_equal,
-    BinaryOp.Less: mx.less,
-    BinaryOp.LessEqual: mx.less_equal,
-    BinaryOp.Greater: mx.greater,
-    BinaryOp.GreaterEqual: mx.greater_equal,
-    BinaryOp.LogicalAnd: mx.logical_and,
-    BinaryOp.LogicalOr: mx.logical_or,
-    BinaryOp.FloorDivide: mx.floor_divide,
-    BinaryOp.Remainder: mx.remainder,
-    BinaryOp.BitwiseAnd: mx.bitwise_and,
-    BinaryOp.BitwiseOr: mx.bitwise_or,
-    BinaryOp.BitwiseXor: mx.bitwise_xor,
-    BinaryOp.Atan2: mx.arctan2,
-}
 
 def _as_type(op, env):
     x, dtype = env.t(op.x), MX_DTYPES[op.dtype]
@@ -93,8 +27,8 @@ def _float_to_integer(x: mx.array, dtype) -> mx.array:
 
 
 HANDLERS = {
-    "Unary": lambda op, env: UNARY[op.op](env.t(op.x)),
-    "Binary": lambda op, env: BINARY[op.op](env.t(op.a), env.t(op.b)),
+    "Unary": lambda op, env: UNARY_OP[op.op](env.t(op.x)),
+    "Binary": lambda op, env: BINARY_OP[op.op](env.t(op.a), env.t(op.b)),
     "Where": lambda op, env: mx.where(env.t(op.cond), env.t(op.a), env.t(op.b)),
     "AsType": _as_type,
     "Scalar": lambda op, env: fill_value(op),

@@ -1,21 +1,8 @@
 import mlx.core as mx
 
-from etmlx.serializer.generated.etmlx_ir.ArgReduceOp import ArgReduceOp
-from etmlx.serializer.generated.etmlx_ir.ReduceOp import ReduceOp
-
+from ..generated.mlx_functions import ARG_REDUCE_OP, REDUCE_OP
 from .env import floating_operand
 
-REDUCE = {
-    ReduceOp.Sum: mx.sum,
-    ReduceOp.Mean: mx.mean,
-    ReduceOp.Max: mx.max,
-    ReduceOp.Min: mx.min,
-    ReduceOp.Prod: mx.prod,
-    ReduceOp.Any: mx.any,
-    ReduceOp.All: mx.all,
-}
-
-ARG_REDUCE = {ArgReduceOp.ArgMax: mx.argmax, ArgReduceOp.ArgMin: mx.argmin}
 
 def _variance(op, env):
     x = floating_operand(env.t(op.x), "variance")
@@ -25,6 +12,6 @@ def _variance(op, env):
 
 HANDLERS = {
     "Variance": _variance,
-    "Reduce": lambda op, env: REDUCE[op.op](env.t(op.x), axis=list(op.axes or []), keepdims=op.keepdims),
-    "ArgReduce": lambda op, env: ARG_REDUCE[op.op](env.t(op.x), axis=op.axis, keepdims=op.keepdims),
+    "Reduce": lambda op, env: REDUCE_OP[op.op](env.t(op.x), axis=list(op.axes or []), keepdims=op.keepdims),
+    "ArgReduce": lambda op, env: ARG_REDUCE_OP[op.op](env.t(op.x), axis=op.axis, keepdims=op.keepdims),
 }

@@ -70,3 +70,20 @@ def test_a_limit_that_is_no_number_is_named(grows, runtime):
 
     line = _run(grows, runtime, dict(os.environ, ETMLX_MAX_ARRAY_BYTES="16G"))  # import etmlx still works
     assert line.startswith("ExecutionError") and "ETMLX_MAX_ARRAY_BYTES must be a number of bytes, not '16G'" in line
+
+
+LIMIT_TEXTS = ["0", "1048576", "17179869184", "9223372036854775807", "9223372036854775808", "99999999999999999999",
+               "-1", "+5", " 5", "5 ", "", "1_000", "16G", "0x10", "١٢"]
+
+
+def test_both_runtimes_read_a_limit_alike():
+    """One answer per string from each runtime's parser (the native one through its C
+    interface): a number of bytes, or refused."""
+    import etmlx.native
+    from etmlx.runtime_shim.limits import parse_byte_count
+
+    python = {text: parse_byte_count(text) for text in LIMIT_TEXTS}
+    native = {text: etmlx.native.library.parse_byte_count(text) for text in LIMIT_TEXTS}
+    assert python == native
+    assert python["17179869184"] == 16 << 30 and python["9223372036854775808"] is None
+    assert [text for text, value in python.items() if value is not None] == LIMIT_TEXTS[:4]

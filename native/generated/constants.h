@@ -1,0 +1,18 @@
+// Generated from serializer/constants.py by serializer/regenerate.py. Do not edit.
+// What the exporter and both runtimes agree on (see serializer/constants.py).
+#pragma once
+
+#include <cstdint>
+
+namespace etmlx::native {
+
+inline constexpr const char* kBackendId = "EtMlxBackend";
+inline constexpr char kPayloadMagic[4] = {'E', 'M', 'L', 'X'};
+inline constexpr uint32_t kFormatVersion = 6;
+inline constexpr uint32_t kMaxSlots = 16777216;
+inline constexpr uint64_t kDefaultMaxArrayBytes = 17179869184;
+
+// The last error's kind, through the C interface (c_api.cpp).
+enum class ErrorKind : int { None = 0, Format = 1, Version = 2, Input = 3, IndexRange = 4, Memory = 5, Other = 6 };
+
+}  // namespace etmlx::native

@@ -1,0 +1,24 @@
+"""Values the exporter and both runtimes must agree on, in one place: the Python side
+imports them, and ``serializer/regenerate.py`` writes ``native/generated/constants.h``
+from them for the native backend (a test fails while it is stale).
+
+Format versions: 1, the first format. 2: CheckIndex (bounds-checked run-time indices).
+3: quantized weights (QuantizedMatmul, Dequantize), Unary/Binary ops from IsNan to
+Atan2, and Sort. 4: Rope (rotary embeddings fused into mx.fast.rope), IndexPut's
+``reduce``. 5: ArgSort (sort and topk indices), GatherMm and GatherQmm
+(mixture-of-experts matmuls). 6: AllSum (tensor parallelism across processes).
+"""
+
+# The id ExecuTorch files payloads of this format under: the AOT backend's class name
+# (lowering/preprocess.py) and what both runtimes register.
+BACKEND_ID = "EtMlxBackend"
+PAYLOAD_MAGIC = b"EMLX"
+# The payload format this etmlx writes; both readers refuse a newer one by name.
+FORMAT_VERSION = 6
+# Slot counts past this are refused before a runtime allocates per-slot storage.
+MAX_SLOTS = 1 << 24
+# ETMLX_MAX_ARRAY_BYTES's default: the largest array one MLX node may make.
+DEFAULT_MAX_ARRAY_BYTES = 16 << 30
+# What the native backend's last error was, by value (its C interface; etmlx.native
+# raises the matching Python error).
+ERROR_KINDS = ("None", "Format", "Version", "Input", "IndexRange", "Memory", "Other")
