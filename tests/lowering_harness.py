@@ -1,6 +1,8 @@
 """Export a module through etmlx, run the .pte on every runtime (``runtimes.py``), and
 report what was serialized, so a test can assert both parity and which MLX nodes ran."""
 
+import os
+from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -85,4 +87,23 @@ def check_parity(module, inputs, dynamic_shapes=None, run_with=None) -> Lowered:
         with torch.no_grad():
             expected = module(*args)
         assert_close(lowered.program.forward(*args), expected)
+    record_checked(op for op, entry in lowered.report.operators.items() if entry.delegated)
     return lowered
+
+
+# Per test file, the operators its tests lowered and checked against eager, for the
+# file's coverage test. Keyed by file, so the programs of other files that ran in the
+# same worker cannot fill in for one that no test of this file built.
+_CHECKED = defaultdict(set)
+
+
+def _test_file() -> str:
+    return os.environ["PYTEST_CURRENT_TEST"].split("::")[0]
+
+
+def record_checked(operators) -> None:
+    _CHECKED[_test_file()].update(operators)
+
+
+def checked_in_this_file() -> set:
+    return set(_CHECKED[_test_file()])

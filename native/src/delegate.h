@@ -53,8 +53,6 @@ class Delegate {
 
   size_t num_inputs() const { return input_kinds_.size(); }
   size_t num_outputs() const { return output_kinds_.size(); }
-  etmlx_ir::ValueKind input_kind(size_t i) const { return input_kinds_.at(i); }
-  etmlx_ir::ValueKind output_kind(size_t i) const { return output_kinds_.at(i); }
 
  private:
   struct Step {

@@ -9,7 +9,7 @@ against eager, on every runtime.
 
 import pytest
 import torch
-from lowering_harness import Fn, Lowered, assert_close, check_parity, lower
+from lowering_harness import Fn, Lowered, assert_close, check_parity, checked_in_this_file, lower, record_checked
 
 import etmlx.lowering.rules  # noqa: F401  (registers every rule)
 from etmlx.inspection import inspect_program
@@ -34,10 +34,6 @@ def _dtype_id(dtype) -> str:
     return DTYPE_IDS.get(dtype, str(dtype).replace("torch.", ""))
 
 
-# Operators some test in this session saw lowered, for the per-family coverage tests.
-DELEGATED: set = set()
-
-
 def _module(module_or_fn):
     return module_or_fn if isinstance(module_or_fn, torch.nn.Module) else Fn(module_or_fn)
 
@@ -58,7 +54,6 @@ def delegated(module_or_fn, inputs, nodes=(), exact=None, dynamic_shapes=None, *
         assert lowered.nodes == exact
     for node in nodes:
         assert node in lowered.nodes, f"{node} not in {lowered.nodes}"
-    DELEGATED.update(op for op, entry in lowered.report.operators.items() if entry.delegated)
     return lowered
 
 
@@ -121,10 +116,11 @@ def lowered_directly(module_or_fn, inputs, nodes=()):
     assert_close(outputs, expected)
     for node in nodes:
         assert node in lowered.nodes, f"{node} not in {lowered.nodes}"
-    DELEGATED.update(str(op.name()) for op in operators)
+    record_checked(str(op.name()) for op in operators)
     return lowered.nodes
 
 
 def untested_rules(family: str) -> set:
-    """Rules of ``lowering/rules/<family>.py`` that no test of this session lowered."""
-    return {name for name, rule in RULES.items() if rule.lower.__module__.endswith(f".{family}")} - DELEGATED
+    """Rules of ``lowering/rules/<family>.py`` that no test of the calling test's file
+    lowered and checked against eager."""
+    return {name for name, rule in RULES.items() if rule.lower.__module__.endswith(f".{family}")} - checked_in_this_file()

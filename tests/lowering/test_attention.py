@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from lowering_harness import check_parity
+from ruletest import untested_rules
 
 
 def repeat_kv(x, n):
@@ -294,3 +295,7 @@ def test_float64_attention_is_declined_but_correct():
     assert "Sdpa" not in lowered.nodes and lowered.kernels  # decomposed, then left to the CPU
     (entry,) = [e for op, e in lowered.report.operators.items() if "scaled_dot_product" in op]
     assert "float64" in entry.decomposed[0][1]
+
+
+def test_every_attention_rule_is_tested(whole_file):
+    assert untested_rules("attention") == set()
