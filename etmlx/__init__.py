@@ -5,6 +5,7 @@ imports torch and executorch when it is called.
 """
 
 from .errors import EtMlxError, ExportError
+from .loading import RUNTIMES, load_file
 from .quiet import quiet_dependency_noise
 from .runtime_shim.blas import preload_openblas
 
@@ -27,9 +28,6 @@ def export_methods(methods, path, tensor_parallel=None, model=None):
     return _export_methods(methods, path, tensor_parallel, model)
 
 
-RUNTIMES = ("python", "executorch")
-
-
 def load(path_or_bytes, runtime: str = "python"):
     """Loads a ``.pte`` to run: ``runtime="python"`` (the default) with etmlx's own
     runtime, which needs only mlx, flatbuffers and numpy for a fully delegated program;
@@ -42,18 +40,10 @@ def load(path_or_bytes, runtime: str = "python"):
     from .tensor_parallel import is_tensor_parallel
 
     if is_tensor_parallel(path_or_bytes):
-        from .tensor_parallel import load as _load_rank
+        from .tensor_parallel import load as load_rank
 
-        return _load_rank(path_or_bytes, runtime)
-    if runtime == "python":
-        from .runtime_shim import load as _load
-
-        return _load(path_or_bytes)
-    if runtime == "executorch":
-        from .native import load as _load_native
-
-        return _load_native(path_or_bytes)
-    raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
+        return load_rank(path_or_bytes, runtime)
+    return load_file(path_or_bytes, runtime)
 
 
 __all__ = ["RUNTIMES", "EtMlxError", "ExportError", "export", "export_methods", "load"]

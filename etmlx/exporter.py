@@ -148,11 +148,9 @@ def export_methods(methods, path, tensor_parallel=None, model=None):
     (``lambda m: causal_lm.export_methods(m)``), called on each rank's shard of ``model``;
     writes the directory ``path`` of N programs (``etmlx/tensor_parallel.py``)."""
     if tensor_parallel is not None:
-        from .sharding import export_ranks
-
         if not callable(methods) or model is None:
             raise ExportError("tensor_parallel= needs methods as a function of the model, and model=")
-        return export_ranks(path, tensor_parallel, lambda sharded: lower_methods(methods(sharded)), model)
+        return export_ranks(path, tensor_parallel, methods, model)
     program, report = lower_methods(methods)
     return write(program, report, path)
 
@@ -186,14 +184,13 @@ def export(
 
     ``tensor_parallel=N`` writes the directory ``path`` of N programs, one per rank of
     ``mlx.launch -n N``, each with its shard of the attention and MLP weights
-    (``etmlx/sharding.py``); ``etmlx.load(path)`` in each rank runs its own.
+    (``etmlx/sharding.py``; with ``quantize``, each rank's shards quantized);
+    ``etmlx.load(path)`` in each rank runs its own.
     """
     if tensor_parallel is not None:
-        from .sharding import export_ranks
-
-        if quantize is not None:
-            raise ExportError("quantize= with tensor_parallel= is not supported yet: export one or the other")
-        return export_ranks(path, tensor_parallel, lambda sharded: to_executorch(sharded, example_inputs, dynamic_shapes), module)
+        quantizing = None if quantize is None else (quantize, group_size, quantize_embeddings)
+        return export_ranks(path, tensor_parallel, lambda m: {"forward": trace(m, example_inputs, dynamic_shapes)}, module,
+                            quantizing)
     quantized = ()
     if quantize is not None:
         from .quantization import quantized_copy
@@ -203,3 +200,65 @@ def export(
     result = write(program, report, path)
     result.quantized = tuple(quantized)
     return result
+
+
+@dataclass
+class TensorParallelResult:
+    path: str  # the directory
+    size: int
+    ranks: list  # ExportResult per rank
+    decisions: list  # ShardDecision, the same on every rank
+
+    @property
+    def report(self):
+        return self.ranks[0].report
+
+
+def export_ranks(path, size: int, trace_methods, module, quantize=None) -> TensorParallelResult:
+    """Writes ``path/rank<r>.pte`` for each rank's shard of ``module``, and the manifest.
+
+    ``trace_methods(module)`` gives ``{name: ExportedProgram}``: traced once whole, to find
+    the blocks that split (``etmlx/shard_plan.py``) and as the reference, then per rank's
+    shard (``etmlx/sharding.py``); the ranks' first methods, run together in eager, must
+    compute the whole model's (``etmlx/shard_check.py``). ``quantize``: (scheme,
+    group_size, embeddings) of ``quantized_copy``, applied to each rank's shard after that
+    check (the shards are traced again, quantized)."""
+    from .shard_check import check_ranks
+    from .shard_plan import find_blocks
+    from .sharding import shard
+    from .tensor_parallel import write_manifest
+
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise ExportError(f"tensor_parallel={size!r}: expected a number of ranks, 1 or more")
+    whole = trace_methods(module)
+    first = next(iter(whole))
+    plan = find_blocks(module, whole[first])
+    shards = [shard(module, plan, rank, size) for rank in range(size)]
+    decisions = shards[0][1]
+    if size > 1 and not any(d.sharded for d in decisions):
+        found = "; ".join(map(str, decisions)) or "no attention call and no MLP in its graph"
+        raise ExportError(f"tensor_parallel={size}: nothing of {type(module).__name__} splits over {size} ranks ({found})")
+    traced = [_trace_rank(trace_methods, sharded, rank) for rank, (sharded, _) in enumerate(shards)]
+    check_ranks(whole[first], [methods[first] for methods in traced], first)
+    quantized = [()] * size
+    if quantize is not None:
+        from .quantization import quantized_copy
+
+        copies = [quantized_copy(sharded, *quantize) for sharded, _ in shards]
+        traced = [_trace_rank(trace_methods, copy, rank) for rank, (copy, _) in enumerate(copies)]
+        quantized = [tuple(names) for _, names in copies]
+    os.makedirs(path, exist_ok=True)
+    ranks = []
+    for rank, methods in enumerate(traced):
+        program, report = lower_methods(methods)
+        ranks.append(write(program, report, os.path.join(path, f"rank{rank}.pte")))
+        ranks[-1].quantized = quantized[rank]
+    write_manifest(path, size, [str(d) for d in decisions])
+    return TensorParallelResult(os.fspath(path), size, ranks, decisions)
+
+
+def _trace_rank(trace_methods, sharded, rank: int) -> dict:
+    try:
+        return trace_methods(sharded)
+    except Exception as error:
+        raise ExportError(f"rank {rank}'s shard does not trace (a head count the model keeps elsewhere?): {error}") from error

@@ -1,5 +1,6 @@
-"""Shards a module for tensor parallelism (``etmlx/tensor_parallel.py``) and writes one
-program per rank.
+"""Shards a module for tensor parallelism (``etmlx/tensor_parallel.py``): one copy per
+rank of the blocks ``etmlx/shard_plan.py`` found, which ``etmlx/exporter.py`` traces,
+checks against the whole model (``etmlx/shard_check.py``) and writes.
 
 The standard split (Megatron's, mlx-lm's): an attention block's q/k/v projections and an
 MLP's gate/up projections are split by output rows (column-parallel: each rank computes
@@ -12,15 +13,12 @@ ranks stays whole on every rank, with the reason.
 """
 
 import copy
-import json
-import os
 from dataclasses import dataclass
 
 import torch
 
-from .errors import ExportError
 from .lowering import custom_ops  # noqa: F401  (registers etmlx::all_sum)
-from .tensor_parallel import MANIFEST
+from .shard_plan import Attention, Mlp, ShardPlan
 
 
 @dataclass(frozen=True)
@@ -40,28 +38,21 @@ class ShardDecision:
         return f"{where} {self.kind}: " + ("sharded" if self.sharded else f"replicated ({self.reason})")
 
 
-class RowParallel(torch.nn.Module):
+class RowParallel(torch.nn.Linear):
     """A Linear over input columns [start, stop): this rank's partial product, summed
-    across ranks, then the bias (once)."""
+    across ranks, then the bias (once). A Linear, so that ``quantize=`` quantizes it."""
 
     def __init__(self, linear: torch.nn.Linear, start: int, stop: int):
-        super().__init__()
-        self.weight = torch.nn.Parameter(linear.weight[:, start:stop].detach().clone(), requires_grad=False)
-        bias = linear.bias
-        self.bias = None if bias is None else torch.nn.Parameter(bias.detach().clone(), requires_grad=False)
+        super().__init__(stop - start, linear.out_features, bias=linear.bias is not None,
+                         device=linear.weight.device, dtype=linear.weight.dtype)
+        with torch.no_grad():
+            self.weight.copy_(linear.weight[:, start:stop])
+            if linear.bias is not None:
+                self.bias.copy_(linear.bias)
 
     def forward(self, x):
         out = torch.ops.etmlx.all_sum(torch.nn.functional.linear(x, self.weight))
         return out if self.bias is None else out + self.bias
-
-
-def _linear(module, *names):
-    """The first child named in ``names`` that is an ``nn.Linear``, else None."""
-    for name in names:
-        child = getattr(module, name, None)
-        if isinstance(child, torch.nn.Linear):
-            return name
-    return None
 
 
 def _column_parallel(linear, blocks: list):
@@ -76,82 +67,72 @@ def _column_parallel(linear, blocks: list):
     return shard
 
 
-def _head_blocks(heads: int, head_dim: int, rank: int, size: int, offset: int = 0) -> list:
-    per_rank = heads // size
-    start = offset + rank * per_rank * head_dim
-    return [(start, start + per_rank * head_dim)]
+def _rank_block(count: int, width: int, rank: int, size: int, offset: int = 0) -> tuple:
+    """Rank ``rank``'s (start, stop) of ``count`` units of ``width`` values starting at ``offset``."""
+    per_rank = count // size * width
+    return offset + rank * per_rank, offset + (rank + 1) * per_rank
 
 
-def _shard_attention(module, rank: int, size: int):
-    """Separate q/k/v/o projections (transformers' attention): heads per rank, or the
-    reason not. Needs ``head_dim``; k and v may have fewer heads (grouped-query)."""
-    head_dim = getattr(module, "head_dim", None)
-    if not isinstance(head_dim, int):
-        return "no integer head_dim attribute"
-    heads, kv_heads = module.q_proj.out_features // head_dim, module.k_proj.out_features // head_dim
-    if heads % size or kv_heads % size:
-        return f"{heads} query and {kv_heads} key/value heads do not split over {size} ranks"
-    module.q_proj = _column_parallel(module.q_proj, _head_blocks(heads, head_dim, rank, size))
-    module.k_proj = _column_parallel(module.k_proj, _head_blocks(kv_heads, head_dim, rank, size))
-    module.v_proj = _column_parallel(module.v_proj, _head_blocks(kv_heads, head_dim, rank, size))
-    (start, stop), = _head_blocks(heads, head_dim, rank, size)
-    module.o_proj = RowParallel(module.o_proj, start, stop)
-    return None
+def _replace(model, path: str, module) -> None:
+    owner, _, name = path.rpartition(".")
+    setattr(model.get_submodule(owner) if owner else model, name, module)
 
 
-def _shard_fused_attention(module, rank: int, size: int):
-    """One ``qkv`` projection (q, k, v stacked by rows) and ``proj``, with ``heads`` and
-    ``head_dim`` attributes, as the example encoder block writes attention."""
-    heads, head_dim = getattr(module, "heads", None), getattr(module, "head_dim", None)
-    if not isinstance(heads, int) or not isinstance(head_dim, int) or module.qkv.out_features != 3 * heads * head_dim:
-        return "no heads and head_dim attributes that match its qkv projection"
-    if heads % size:
-        return f"{heads} heads do not split over {size} ranks"
-    width = heads * head_dim
-    blocks = [block for part in range(3) for block in _head_blocks(heads, head_dim, rank, size, part * width)]
-    module.qkv = _column_parallel(module.qkv, blocks)
-    (start, stop), = _head_blocks(heads, head_dim, rank, size)
-    module.proj = RowParallel(module.proj, start, stop)
-    module.heads = heads // size
-    return None
+# Head counts a module may keep for its own reshapes; each is divided by the number of
+# ranks where its value is the block's (query or key/value heads, or their total width).
+HEAD_COUNT_ATTRIBUTES = ("heads", "num_heads", "n_heads", "n_head", "num_attention_heads", "num_key_value_heads",
+                         "num_kv_heads", "n_kv_heads", "all_head_size", "inner_dim")
 
 
-def _shard_mlp(module, rank: int, size: int, names: tuple):
-    gate, up, down = names
-    hidden = getattr(module, up).out_features
-    if hidden % size:
-        return f"hidden size {hidden} does not split over {size} ranks"
-    block = [(rank * hidden // size, (rank + 1) * hidden // size)]
-    for name in (gate, up):
-        if name is not None:
-            setattr(module, name, _column_parallel(getattr(module, name), block))
-    setattr(module, down, RowParallel(getattr(module, down), *block[0]))
-    return None
+def _shard_attention(model, block: Attention, rank: int, size: int) -> str:
+    """Heads per rank (query and key/value heads each split), or why not."""
+    if block.problem:
+        return block.problem
+    if block.heads % size or block.kv_heads % size:
+        heads = f"{block.heads} heads" if block.heads == block.kv_heads else f"{block.heads} query and {block.kv_heads} key/value heads"
+        return f"{heads} do not split over {size} ranks"
+    queries = _rank_block(block.heads, block.head_dim, rank, size)
+    keys = _rank_block(block.kv_heads, block.head_dim, rank, size, block.heads * block.head_dim if block.stacked else 0)
+    values = _rank_block(block.kv_heads, block.value_dim, rank, size,
+                         block.heads * block.head_dim + block.kv_heads * block.head_dim if block.stacked else 0)
+    if block.stacked:
+        _replace(model, block.q, _column_parallel(model.get_submodule(block.q), [queries, keys, values]))
+    else:
+        for path, rows in ((block.q, queries), (block.k, keys), (block.v, values)):
+            _replace(model, path, _column_parallel(model.get_submodule(path), [rows]))
+    _replace(model, block.out, RowParallel(model.get_submodule(block.out), *_rank_block(block.heads, block.value_dim, rank, size)))
+    owner = model.get_submodule(block.module) if block.module else model
+    counts = {block.heads, block.kv_heads, block.heads * block.head_dim, block.heads * block.value_dim}
+    for name in HEAD_COUNT_ATTRIBUTES:
+        value = getattr(owner, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value in counts:
+            setattr(owner, name, value // size)
+    return ""
 
 
-def _blocks(module):
-    """(kind, shard function) for each shardable block ``module`` is."""
-    if all(_linear(module, name) for name in ("q_proj", "k_proj", "v_proj", "o_proj")):
-        yield "attention", _shard_attention
-    elif _linear(module, "qkv") and _linear(module, "proj"):
-        yield "attention", _shard_fused_attention
-    up, down = _linear(module, "up_proj", "up"), _linear(module, "down_proj", "down")
-    if up and down:
-        names = (_linear(module, "gate_proj", "gate"), up, down)
-        yield "mlp", lambda m, rank, size: _shard_mlp(m, rank, size, names)
+def _shard_mlp(model, block: Mlp, rank: int, size: int) -> str:
+    if block.hidden % size:
+        return f"hidden size {block.hidden} does not split over {size} ranks"
+    columns = _rank_block(block.hidden, 1, rank, size)
+    for path in block.ups:
+        _replace(model, path, _column_parallel(model.get_submodule(path), [columns]))
+    _replace(model, block.down, RowParallel(model.get_submodule(block.down), *columns))
+    return ""
 
 
-def shard(module, rank: int, size: int) -> tuple:
-    """A copy of ``module`` holding rank ``rank``'s shard of ``size``, and the decision for
-    each block. A transformers model's config follows its heads (its KV cache is sized
-    from it) when every attention block was sharded."""
+def shard(module, plan: ShardPlan, rank: int, size: int) -> tuple:
+    """A copy of ``module`` holding rank ``rank``'s shard of ``size`` of the blocks in
+    ``plan``, and the decision for each block. A transformers model's config follows its
+    heads (its KV cache is sized from it) when every attention block was sharded."""
     if not 0 <= rank < size:
         raise ValueError(f"rank {rank} of {size}")
     sharded = copy.deepcopy(module)
     decisions = []
-    for path, block in list(sharded.named_modules()):
-        for kind, shard_block in _blocks(block):
-            decisions.append(ShardDecision(path, kind, shard_block(block, rank, size) or ""))
+    for block in plan.blocks:
+        if isinstance(block, Attention):
+            decisions.append(ShardDecision(block.module, "attention", _shard_attention(sharded, block, rank, size)))
+        else:
+            decisions.append(ShardDecision(block.module, "mlp", _shard_mlp(sharded, block, rank, size)))
     _shard_config(sharded, decisions, size)
     return sharded, decisions
 
@@ -165,38 +146,3 @@ def _shard_config(model, decisions: list, size: int) -> None:
     config.head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     config.num_attention_heads = heads // size
     config.num_key_value_heads = (getattr(config, "num_key_value_heads", None) or heads) // size
-
-
-@dataclass
-class TensorParallelResult:
-    path: str  # the directory
-    size: int
-    ranks: list  # ExportResult per rank
-    decisions: list  # ShardDecision, the same on every rank
-
-    @property
-    def report(self):
-        return self.ranks[0].report
-
-
-def export_ranks(path, size: int, lower_rank, module) -> TensorParallelResult:
-    """Writes ``path/rank<r>.pte`` for each rank, ``lower_rank(sharded_module)`` giving the
-    (program, report) of one, and the manifest."""
-    from .exporter import write
-
-    if not isinstance(size, int) or size < 1:
-        raise ExportError(f"tensor_parallel={size!r}: expected a number of ranks, 1 or more")
-    os.makedirs(path, exist_ok=True)
-    ranks, decisions = [], []
-    for rank in range(size):
-        sharded, decisions = shard(module, rank, size)
-        if size > 1 and not any(d.sharded for d in decisions):
-            found = "; ".join(map(str, decisions)) or "no attention block with q_proj/k_proj/v_proj/o_proj or qkv/proj, " \
-                "no MLP with up/down projections"
-            raise ExportError(f"tensor_parallel={size}: nothing of {type(module).__name__} splits over {size} ranks ({found})")
-        program, report = lower_rank(sharded)
-        ranks.append(write(program, report, os.path.join(path, f"rank{rank}.pte")))
-    manifest = {"size": size, "ranks": [f"rank{r}.pte" for r in range(size)], "blocks": [str(d) for d in decisions]}
-    with open(os.path.join(path, MANIFEST), "w") as f:
-        json.dump(manifest, f, indent=1)
-    return TensorParallelResult(os.fspath(path), size, ranks, decisions)

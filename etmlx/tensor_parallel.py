@@ -43,6 +43,13 @@ def manifest(path) -> dict:
     return content
 
 
+def write_manifest(path, size: int, blocks: list) -> None:
+    """``path``'s manifest: ``size`` ranks, each in ``rank<r>.pte``, and the per-block decisions."""
+    content = {"size": size, "ranks": [f"rank{r}.pte" for r in range(size)], "blocks": blocks}
+    with open(os.path.join(path, MANIFEST), "w") as f:
+        json.dump(content, f, indent=1)
+
+
 def rank_file(path, rank: int) -> str:
     return os.path.join(path, manifest(path)["ranks"][rank])
 
@@ -53,7 +60,7 @@ def load(path, runtime: str):
     only this rank's file. Calls are watched: see ``Watched``."""
     import mlx.core as mx
 
-    import etmlx
+    from .loading import load_file
 
     size = manifest(path)["size"]
     group = mx.distributed.init()
@@ -62,7 +69,7 @@ def load(path, runtime: str):
             f"{path} was exported for {size} ranks, but this process group has {group.size()}: "
             f"start it with `mlx.launch -n {size} ...` (or --hosts with {size} hosts)"
         )
-    program = etmlx.load(rank_file(path, group.rank()), runtime=runtime)
+    program = load_file(rank_file(path, group.rank()), runtime)
     return Watched(program, group.rank(), size, _timeout())
 
 

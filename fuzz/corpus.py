@@ -11,6 +11,8 @@ import torch
 
 import etmlx
 from etmlx.quantization import quantized_copy
+from etmlx.exporter import trace
+from etmlx.shard_plan import find_blocks
 from etmlx.sharding import shard
 from examples import models
 
@@ -120,7 +122,7 @@ def _factories():
     yield "experts", Experts(), (torch.randn(5, 16),), None
     yield "quantized_experts", quantized_copy(Experts(dim=32), "int4", 32)[0], (torch.randn(5, 32),), None
     # rank 0's shard of 2 (AllSum nodes): run in a process group of one, where the sum is x
-    yield "tensor_parallel_rank", shard(block, 0, 2)[0], block_inputs, None
+    yield "tensor_parallel_rank", shard(block, find_blocks(block, trace(block, block_inputs)), 0, 2)[0], block_inputs, None
 
 
 def build(directory: pathlib.Path) -> list:

@@ -6,6 +6,7 @@ stay aten and decompose. Their eager kernels call PyTorch itself, so a program t
 holds them computes exactly what the original did.
 """
 
+import threading
 from typing import Optional
 
 import torch
@@ -41,12 +42,20 @@ def _(x, shifts, dims):
     return torch.empty_like(x)
 
 
+# The group an eager all_sum sums over in this thread: None, a group of one; else an
+# object whose ``sum(x)`` adds the ranks' values (``etmlx/shard_check.py`` runs ranks
+# as threads of one process to check a sharding).
+ALL_SUM_GROUP = threading.local()
+
+
 @torch.library.custom_op("etmlx::all_sum", mutates_args=())
 def all_sum(x: torch.Tensor) -> torch.Tensor:
     """The sum of ``x`` over the ranks of a tensor-parallel program
-    (``etmlx/tensor_parallel.py``): in one process, as eager PyTorch runs, a group of one
-    whose sum is ``x`` itself. Lowered to MLX's ``all_sum`` over its process group."""
-    return x.clone()
+    (``etmlx/tensor_parallel.py``): in eager PyTorch, over ``ALL_SUM_GROUP``'s group, by
+    default a group of one whose sum is ``x`` itself. Lowered to MLX's ``all_sum`` over
+    its process group."""
+    group = getattr(ALL_SUM_GROUP, "group", None)
+    return x.clone() if group is None else group.sum(x)
 
 
 @all_sum.register_fake

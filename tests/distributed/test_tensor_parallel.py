@@ -16,6 +16,7 @@ from etmlx import tensor_parallel
 from etmlx.errors import EtMlxError
 from etmlx.inspection import inspect_program
 from examples.llm import eager_greedy, tiny_llama
+from etmlx.quantization import quantized_copy
 from examples.models import EncoderBlock
 
 RANK_MAIN = os.path.join(os.path.dirname(__file__), "rank_main.py")
@@ -43,14 +44,36 @@ def _nodes(pte_path, method="forward") -> list:
     return [n for d in info["delegates"] for n in d.get("nodes", [])]
 
 
-def _encoder_block(out, name, **sizes):
-    """An encoder block exported for 2 ranks into ``out/name``, its inputs in
-    ``out/name.npz``; returns (export result, eager's output, the block)."""
-    block, tokens = EncoderBlock(**sizes).eval(), torch.randint(0, 256, (2, 16))
-    result = etmlx.export(block, (tokens,), out / name, tensor_parallel=2)
-    np.savez(out / f"{name}.npz", tokens=tokens.numpy())
+class QkvoBlock(torch.nn.Module):
+    """Attention through SDPA with projections named q/k/v/o, grouped-query (4 query and
+    2 key/value heads), and an MLP named fc1/fc2: no name sharding ever looked for."""
+
+    def __init__(self, dim=64, heads=4, kv_heads=2):
+        super().__init__()
+        self.n_heads, self.head_dim = heads, dim // heads
+        self.q, self.o = torch.nn.Linear(dim, dim), torch.nn.Linear(dim, dim)
+        self.k, self.v = torch.nn.Linear(dim, kv_heads * self.head_dim), torch.nn.Linear(dim, kv_heads * self.head_dim)
+        self.fc1, self.fc2 = torch.nn.Linear(dim, 4 * dim), torch.nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        batch, seq, _ = x.shape
+        q, k, v = (p(x).view(batch, seq, -1, self.head_dim).transpose(1, 2) for p in (self.q, self.k, self.v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        x = x + self.o(y.transpose(1, 2).reshape(batch, seq, self.n_heads * self.head_dim))
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(x)))
+
+
+def _exported(out, name, module, inputs, reference=None, **options):
+    """``module`` exported for 2 ranks into ``out/name``, its inputs in ``out/name.npz``;
+    returns (export result, the expected output: ``reference``'s or the module's, eager)."""
+    result = etmlx.export(module.eval(), inputs, out / name, tensor_parallel=2, **options)
+    np.savez(out / f"{name}.npz", *[x.numpy() for x in inputs])
     with torch.no_grad():
-        return result, block(tokens).numpy(), block
+        return result, (reference or module)(*inputs).numpy(), module
+
+
+def _encoder_block(out, name, **sizes):
+    return _exported(out, name, EncoderBlock(**sizes), (torch.randint(0, 256, (2, 16)),))
 
 
 PROMPT, NEW_TOKENS = [5, 17, 3, 99, 42], 8
@@ -63,7 +86,13 @@ def exported(tmp_path_factory):
     from etmlx import causal_lm
 
     out = tmp_path_factory.mktemp("tp")
-    programs = {"block": _encoder_block(out, "block"), "odd_heads": _encoder_block(out, "odd_heads", dim=48, heads=3)}
+    programs = {"block": _encoder_block(out, "block"), "odd_heads": _encoder_block(out, "odd_heads", dim=48, heads=3),
+                "qkvo": _exported(out, "qkvo", QkvoBlock(), (torch.randn(2, 8, 64),))}
+    # int8 in groups of 32: each rank's shard quantizes to the same groups as the whole
+    # model's (the row-parallel widths, 32 and 128, divide into them)
+    block = EncoderBlock()
+    programs["quantized"] = _exported(out, "quantized", block, (torch.randint(0, 256, (2, 16)),),
+                                      reference=quantized_copy(block, "int8", 32)[0], quantize="int8", group_size=32)
     model = tiny_llama().eval()
     llama = etmlx.export_methods(lambda m: causal_lm.export_methods(m, max_prompt=8), out / "llama", tensor_parallel=2, model=model)
     np.savez(out / "llama.npz", prompt=np.array(PROMPT), new_tokens=np.array(NEW_TOKENS))
@@ -79,13 +108,14 @@ def ran(request, exported, tmp_path_factory):
     results = tmp_path_factory.mktemp(request.param)
     for name in programs:
         os.link(out / f"{name}.npz", results / f"{name}.npz")
-    jobs = [f"block:forward:{out / 'block'}", f"odd_heads:forward:{out / 'odd_heads'}", f"llama:generate:{out / 'llama'}"]
+    jobs = [f"{name}:forward:{out / name}" for name in ("block", "odd_heads", "qkvo", "quantized")]
+    jobs.append(f"llama:generate:{out / 'llama'}")
     done, _ = launch(results, *jobs, runtime=request.param)
     return programs, results, done
 
 
-@pytest.mark.parametrize("name", ["block", "odd_heads"])
-def test_encoder_block_on_two_ranks(ran, name):
+@pytest.mark.parametrize("name", ["block", "odd_heads", "qkvo", "quantized"])
+def test_blocks_on_two_ranks(ran, name):
     programs, results, done = ran
     result, expected, block = programs[name]
     for rank, outputs in enumerate(rank_outputs(results, name, done)):
@@ -97,6 +127,13 @@ def test_encoder_block_on_two_ranks(ran, name):
         # a rank holds half of qkv, proj, up, gate and down (3/4 of the weights) and all of the rest
         weights = sum(p.numel() * p.element_size() for p in block.parameters())
         assert result.ranks[0].size_bytes < 0.66 * weights
+    elif name == "qkvo":
+        assert [str(d) for d in result.decisions] == ["(root) attention: sharded", "(root) mlp: sharded"]
+        assert _nodes(result.ranks[0].path).count("AllSum") == 2
+    elif name == "quantized":
+        assert all(d.sharded for d in result.decisions) and "proj" in result.ranks[0].quantized
+        nodes = _nodes(result.ranks[0].path)
+        assert nodes.count("AllSum") == 2 and nodes.count("QuantizedMatmul") == 5  # qkv, proj, up, gate, down
     else:  # 3 heads over 2 ranks: the attention is replicated, the MLP still sharded
         attention, mlp = result.decisions
         assert not attention.sharded and "3 heads do not split over 2 ranks" in attention.reason
@@ -161,8 +198,6 @@ def test_tensor_parallel_arguments_are_checked(tmp_path):
     block, tokens = EncoderBlock().eval(), (torch.randint(0, 256, (2, 16)),)
     with pytest.raises(etmlx.ExportError, match="tensor_parallel=0"):
         etmlx.export(block, tokens, tmp_path / "zero", tensor_parallel=0)
-    with pytest.raises(etmlx.ExportError, match="quantize= with tensor_parallel="):
-        etmlx.export(block, tokens, tmp_path / "quantized", tensor_parallel=2, quantize="int4")
     with pytest.raises(etmlx.ExportError, match=r"nothing of EncoderBlock splits over 2 ranks \(\(root\) attention: replicated "
                        r"\(3 heads do not split over 2 ranks\); \(root\) mlp: replicated \(hidden size 147"):
         odd = EncoderBlock(dim=48, heads=3)
@@ -187,3 +222,49 @@ def test_command_line(tmp_path, capsys):
     assert "2 ranks" in out and "(root) attention: sharded" in out
     assert "tensor parallel over 2 ranks" in out and "AllSum" in out
     assert "etmlx run: error:" in err and "start it with `mlx.launch -n 2" in err
+
+
+def test_blocks_are_found_by_structure_whatever_their_names(tmp_path):
+    """BERT's query/key/value and attention.output.dense, intermediate/output dense (the
+    ranks' programs run together in eager against the whole model at export)."""
+    from examples import hf_models
+
+    model, inputs, _ = hf_models.tiny_bert()
+    result = etmlx.export(model, inputs, tmp_path / "bert", tensor_parallel=2)
+    assert [str(d) for d in result.decisions] == [
+        "model.encoder.layer.0.attention attention: sharded", "model.encoder.layer.0 mlp: sharded",
+        "model.encoder.layer.1.attention attention: sharded", "model.encoder.layer.1 mlp: sharded",
+    ]
+    assert _nodes(result.ranks[0].path).count("AllSum") == 4
+
+
+def test_attention_without_linear_projections_says_why(tmp_path):
+    """GPT-2's projections are Conv1D, not nn.Linear: its attention calls are found and
+    left whole with the reason; with nothing else to split, the export says so."""
+    from examples import hf_models
+
+    model, inputs, _ = hf_models.tiny_gpt2()
+    with pytest.raises(etmlx.ExportError, match=r"nothing of Logits splits over 2 ranks \(.*attention: replicated \(its "
+                       r"query, key, value and output are not each one nn.Linear projection\)"):
+        etmlx.export(model, inputs, tmp_path / "gpt2", tensor_parallel=2)
+
+
+class HeadMinorAttention(torch.nn.Module):
+    """Heads stored last in each projection's output (view(..., head_dim, heads)): the
+    structural reading assumes head-major rows, so the check of the ranks must catch it."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(32, 32) for _ in range(4))
+
+    def forward(self, x):
+        batch, seq, _ = x.shape
+        q, k, v = (p(x).view(batch, seq, 8, -1).permute(0, 3, 1, 2) for p in (self.q, self.k, self.v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.o(y.permute(0, 2, 3, 1).reshape(batch, seq, -1))
+
+
+def test_a_layout_the_structure_misreads_is_refused_not_written(tmp_path):
+    with pytest.raises(etmlx.ExportError, match=r"the sharded programs do not compute the model's 'forward': rank 0's output 0"):
+        etmlx.export(HeadMinorAttention().eval(), (torch.randn(1, 5, 32),), tmp_path / "minor", tensor_parallel=2)
+    assert not (tmp_path / "minor" / "rank0.pte").exists()
