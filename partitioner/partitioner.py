@@ -68,7 +68,7 @@ class MlxPartitioner(Partitioner):
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
         if not self.keep_fused:
             return exported_program
-        return retarget_fused_calls(exported_program, self.report)
+        return retarget_fused_calls(exported_program, self.report.record_decomposed)
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         mark_frozen_placeholders(exported_program)

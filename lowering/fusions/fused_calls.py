@@ -23,8 +23,6 @@ from etmlx.lowering.registry import mark_frozen_placeholders
 from etmlx.lowering.rules.attention import check_roll, check_sdpa
 from etmlx.lowering.rules.scan import check_sortable
 
-from etmlx.partitioner.report import PartitionReport
-
 from . import quantized_weights
 
 aten = torch.ops.aten
@@ -149,8 +147,9 @@ FUSED_OPS = [
 ]
 
 
-def retarget_fused_calls(program, report: PartitionReport):
-    """Rewrites, in place, each accepted call of a fused op; records declined ones."""
+def retarget_fused_calls(program, record_decomposed: Callable):
+    """Rewrites, in place, each accepted call of a fused op; hands each declined one to
+    ``record_decomposed(operator, node_name, reason)`` (the partitioner's report)."""
     graph = program.graph_module.graph
     mark_frozen_placeholders(program)
     by_target = {op.aten_op: op for op in FUSED_OPS}
@@ -161,7 +160,7 @@ def retarget_fused_calls(program, report: PartitionReport):
             continue
         reason = fused.check(node)
         if reason is not None:
-            report.record_decomposed(node.target.name(), node.name, reason)
+            record_decomposed(node.target.name(), node.name, reason)
             continue
         with graph.inserting_before(node):
             replacement = fused.rewrite(graph, node)
