@@ -73,9 +73,10 @@ class ExecutorchProgram(MethodCalls):
 def _check_kernels(pte, registered: set) -> None:
     """Names the operators MLX declined that ExecuTorch's kernel library lacks, which
     ExecuTorch itself reports only as error 0x14 (OperatorMissing)."""
-    missing = sorted(
-        {op.qualified for plan in pte.program.plans for op in plan.operators} - registered
-    )
+    # ExecuTorch looks an operator up by its name alone when the file gives no overload
+    # (read back as "default"), as for aten::_local_scalar_dense.
+    names = {op.name if op.overload == "default" else op.qualified for plan in pte.program.plans for op in plan.operators}
+    missing = sorted(names - registered)
     if missing:
         raise PteFormatError(
             f"ExecuTorch's runtime has no kernel for {', '.join(missing)}, which MLX declined; run this program "

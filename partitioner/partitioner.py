@@ -49,7 +49,25 @@ class _Support(OperatorSupportBase):
 
 
 def _produces_int(node) -> bool:
-    return isinstance(node.meta.get("val"), torch.SymInt)
+    return isinstance(node.meta.get("val"), (torch.SymInt, torch.SymBool))
+
+
+# ExecuTorch's scalar ops that read a size from a tensor's value (``item()``) or check one:
+# they run in its plan, on the host, before the delegate the size shapes.
+_HOST_SIZE_READS = {"aten::_local_scalar_dense", "aten::_assert_scalar", "aten::sym_constrain_range",
+                    "aten::sym_constrain_range_for_size"}
+# What may compute only the value such a read takes, besides a size's arithmetic: one element.
+_FEEDS_A_SIZE_READ = {"aten::select_copy.int", "aten::slice_copy.Tensor"}
+
+
+def _reads_a_size_on_the_host(node) -> bool:
+    """A size read on the host (``cache_position[-1].item()`` sizing the attention window of
+    ``causal_lm``), or a size or element computed only for one: not MLX's work declined."""
+    name = op_name(node.target)
+    if name in _HOST_SIZE_READS:
+        return True
+    feeds = _produces_int(node) or name in _FEEDS_A_SIZE_READ
+    return feeds and bool(node.users) and all(_reads_a_size_on_the_host(user) for user in node.users)
 
 
 class MlxPartitioner(Partitioner):
@@ -76,8 +94,13 @@ class MlxPartitioner(Partitioner):
         graph_module = exported_program.graph_module
         report = PartitionReport()
         for node in graph_module.graph.nodes:
-            if node.op == "call_function" and node.target is not operator.getitem:
-                report.record(op_name(node.target), node.name, support.check(node))
+            if node.op != "call_function" or node.target is operator.getitem:
+                continue
+            reason = support.check(node)
+            if reason is not None and _reads_a_size_on_the_host(node):
+                report.record_host(op_name(node.target), node.name)
+            else:
+                report.record(op_name(node.target), node.name, reason)
         self.report.merge(report)
         for line in report.declined_lines():
             log.info("%s", line)

@@ -9,6 +9,7 @@ class OperatorReport:
     delegated: int = 0
     declined: list = field(default_factory=list)  # [(node name, reason)]: left outside MLX
     decomposed: list = field(default_factory=list)  # [(node name, reason)]: fused op not kept whole
+    host: list = field(default_factory=list)  # [node name]: a size read on the host, by ExecuTorch's scalar ops
 
 
 @dataclass
@@ -26,6 +27,9 @@ class PartitionReport:
         else:
             entry.declined.append((node_name, reason))
 
+    def record_host(self, operator: str, node_name: str) -> None:
+        self.operators[operator].host.append(node_name)
+
     def record_decomposed(self, operator: str, node_name: str, reason: str) -> None:
         self.operators[operator].decomposed.append((node_name, reason))
 
@@ -42,6 +46,7 @@ class PartitionReport:
             mine.delegated += entry.delegated
             mine.declined.extend(entry.declined)
             mine.decomposed.extend(entry.decomposed)
+            mine.host.extend(entry.host)
 
     def declined_lines(self):
         for operator, entry in sorted(self.operators.items()):
@@ -71,4 +76,6 @@ class PartitionReport:
             for kind in ("declined", "decomposed"):
                 for node_name, reason in getattr(entry, kind):
                     lines.append(f"    {node_name} ({kind}): {reason}")
+            for node_name in entry.host:
+                lines.append(f"    {node_name} (host): a size read from a tensor's value by ExecuTorch's scalar ops")
         return "\n".join(lines)

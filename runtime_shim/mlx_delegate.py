@@ -28,6 +28,7 @@ from .state import ProgramState
 # What MLX's Python API raises for bad shapes, axes and arguments.
 MLX_ERRORS = (ValueError, RuntimeError, TypeError, OverflowError, IndexError)
 _CHECK_INDEX = HANDLERS["CheckIndex"]
+MAX_COMPILED_SIZES = 64  # graphs per delegate, one per values of its integer inputs (native: kMaxCompiledSizes)
 
 
 class MlxDelegate:
@@ -62,9 +63,9 @@ class MlxDelegate:
             state.register(buffer.name, _named_array(buffer.initial, named_data))
         self._buffer_slots = [(b.name, b.initial.slot) for b in graph.buffers or []]
         self._buffer_updates = [(b.name, b.update) for b in graph.buffers or [] if b.hasUpdate]
-        self._compute = self._interpret
-        if os.environ.get("ETMLX_COMPILE", "1") != "0" and _compilable(graph):
-            self._compute = mx.compile(self._interpret)
+        self._compilable = os.environ.get("ETMLX_COMPILE", "1") != "0" and _compilable(graph)
+        self._size_inputs = [i for i, v in enumerate(graph.inputs or []) if v.kind == ValueKind.Int]
+        self._compiled = {}  # values of the integer inputs -> the graph compiled for them
         self.num_inputs = len(graph.inputs or [])
         self.num_outputs = len(graph.outputs or [])
 
@@ -78,7 +79,7 @@ class MlxDelegate:
         KV-cache write touches its slots instead of copying the whole cache)."""
         buffers = [self._state[name] for name, _ in self._buffer_slots]
         with _mlx_failures_as_execution_errors():
-            outputs, updates, checks = self._compute(list(inputs), buffers, self._literals)
+            outputs, updates, checks = self._compute(list(inputs))(list(inputs), buffers, self._literals)
             del buffers  # from here the state holds the only references to the old values
             mx.eval(checks)
         self._raise_failed_index_check(checks)
@@ -87,6 +88,21 @@ class MlxDelegate:
         with _mlx_failures_as_execution_errors():
             mx.eval([o for o in outputs if isinstance(o, mx.array)] + updates)
         return outputs
+
+    def _compute(self, inputs: list):
+        """The graph's function for these inputs: compiled once per values of the integer
+        inputs (sizes read on the host, an attention window's: a size is invisible to a
+        trace, so it is a constant of the graph compiled for it), at most
+        ``MAX_COMPILED_SIZES`` of them; interpreted otherwise."""
+        if not self._compilable:
+            return self._interpret
+        sizes = tuple(int(inputs[i]) for i in self._size_inputs)
+        compiled = self._compiled.get(sizes)
+        if compiled is None:
+            if len(self._compiled) >= MAX_COMPILED_SIZES:
+                return self._interpret  # a size that takes many values: interpreted past this many
+            compiled = self._compiled[sizes] = mx.compile(self._interpret)
+        return compiled
 
     def _raise_failed_index_check(self, checks: list) -> None:
         """The first CheckIndex whose evaluated indices leave their range, as an
@@ -162,10 +178,9 @@ def _within_limit(array: mx.array, op) -> mx.array:
 
 
 def _compilable(graph) -> bool:
-    """mx.compile traces once per input shapes and replays; it cannot see a size passed
-    as a Python int, and int outputs are no arrays, so such graphs are interpreted."""
-    values = list(graph.inputs or []) + list(graph.outputs or [])
-    return all(v.kind != ValueKind.Int for v in values)
+    """mx.compile traces once per input shapes and replays; int outputs are no arrays, so
+    such graphs are interpreted."""
+    return all(v.kind != ValueKind.Int for v in graph.outputs or [])
 
 
 def _hoist_constant_nodes(steps: list, constants: dict) -> list:

@@ -108,6 +108,18 @@ def _copy_out(values, args):
     copy_cast(values[out], values[src])
 
 
+def _select_copy_out(values, args):
+    """select_copy.int_out: args (self, dim, index, out, ret). One element of a size's
+    source (``cache_position[-1]``, read by ``_local_scalar_dense`` to size an attention
+    window): out-of-range indices raise as PyTorch's do."""
+    src, dim, index, out, _ret = args
+    tensor, axis, at = values[src], values[dim], values[index]
+    size = tensor.shape[axis]
+    if not -size <= at < size:
+        raise IndexError(f"select(): index {at} out of range for a dimension of size {size}")
+    values[out].set(np.take(tensor.array, at, axis=axis))
+
+
 def _empty_out(values, args):
     size, _dim_order, out, _ret = args
     values[out].resize(int_list(values, values[size]))
@@ -163,4 +175,5 @@ KERNELS = {
     "dim_order_ops::_to_dim_order_copy.out": (_copy_out, 5),
     "dim_order_ops::_clone_dim_order.out": (_copy_out, 5),
     "dim_order_ops::_empty_dim_order.out": (_empty_out, 4),
+    "aten::select_copy.int_out": (_select_copy_out, 5),
 }

@@ -125,22 +125,35 @@ Delegate::Delegate(Payload payload, const NamedDataMap* named_data, std::shared_
     }
   }
 
-  const bool sizes_cross_boundary =
-      std::any_of(input_kinds_.begin(), input_kinds_.end(), [](auto k) { return k == etmlx_ir::ValueKind::Int; }) ||
-      std::any_of(output_kinds_.begin(), output_kinds_.end(), [](auto k) { return k == etmlx_ir::ValueKind::Int; });
-  // A size passed as an integer is invisible to a trace, so such graphs are
-  // interpreted (as in Python).
-  if (compile_enabled() && !sizes_cross_boundary) {
-    compile_id_ = next_compile_id();
-    compiled_ = mx::detail::compile([this](const std::vector<mx::array>& arrays) { return interpret_arrays(arrays); },
-                                    compile_id_);
-  }
+  // An integer output is no array, so such graphs are interpreted (as in Python).
+  compilable_ = compile_enabled() && std::none_of(output_kinds_.begin(), output_kinds_.end(),
+                                                  [](auto k) { return k == etmlx_ir::ValueKind::Int; });
 }
 
 Delegate::~Delegate() {
   for (const auto& cache : compile_caches_) {
-    mx::detail::compile_erase(cache, compile_id_);
+    for (const auto& [sizes, compiled] : compiled_) {
+      mx::detail::compile_erase(cache, compiled.id);
+    }
   }
+}
+
+const std::function<std::vector<mx::array>(const std::vector<mx::array>&)>* Delegate::compiled(
+    const std::vector<int64_t>& sizes) {
+  if (!compilable_) {
+    return nullptr;
+  }
+  auto found = compiled_.find(sizes);
+  if (found == compiled_.end()) {
+    if (compiled_.size() >= kMaxCompiledSizes) {
+      return nullptr;  // a size that takes many values: interpreted past this many
+    }
+    const auto id = next_compile_id();
+    auto function = mx::detail::compile(
+        [this, sizes](const std::vector<mx::array>& arrays) { return interpret_arrays(sizes, arrays); }, id);
+    found = compiled_.emplace(sizes, Compiled{std::move(function), id}).first;
+  }
+  return &found->second.function;
 }
 
 void Delegate::separate_literals() {
@@ -238,12 +251,23 @@ Delegate::Results Delegate::interpret(const std::vector<Value>& inputs, const st
   return results;
 }
 
-// The graph as a function of arrays alone, for mlx::core::compile: inputs, buffer
-// values and literals in; outputs, buffer updates and index checks out.
-std::vector<mx::array> Delegate::interpret_arrays(const std::vector<mx::array>& arrays) const {
-  const auto buffers_start = arrays.begin() + static_cast<std::ptrdiff_t>(num_inputs());
+// The graph as a function of arrays alone, for mlx::core::compile: tensor inputs,
+// buffer values and literals in (the integer inputs fixed to `sizes`); outputs, buffer
+// updates and index checks out.
+std::vector<mx::array> Delegate::interpret_arrays(const std::vector<int64_t>& sizes,
+                                                  const std::vector<mx::array>& arrays) const {
+  std::vector<Value> inputs;
+  auto array = arrays.begin();
+  auto size = sizes.begin();
+  for (const auto kind : input_kinds_) {
+    if (kind == etmlx_ir::ValueKind::Int) {
+      inputs.emplace_back(*size++);
+    } else {
+      inputs.emplace_back(*array++);
+    }
+  }
+  const auto buffers_start = array;
   const auto literals_start = buffers_start + static_cast<std::ptrdiff_t>(buffer_slots_.size());
-  const std::vector<Value> inputs(arrays.begin(), buffers_start);
   const std::vector<mx::array> buffers(buffers_start, literals_start);
   const std::vector<mx::array> literals(literals_start, arrays.end());
   auto results = interpret(inputs, buffers, literals);
@@ -272,16 +296,22 @@ Delegate::Results Delegate::compute(const std::vector<Value>& inputs) {
   for (const auto& [name, slot] : buffer_slots_) {
     buffers.push_back(state_->buffer(name));
   }
-  if (!compiled_) {
-    return interpret(inputs, buffers, literals_);
-  }
+  std::vector<int64_t> sizes;
   std::vector<mx::array> arrays;
   for (const auto& input : inputs) {
-    arrays.push_back(std::get<mx::array>(input));
+    if (std::holds_alternative<int64_t>(input)) {
+      sizes.push_back(std::get<int64_t>(input));
+    } else {
+      arrays.push_back(std::get<mx::array>(input));
+    }
+  }
+  const auto* function = compiled(sizes);
+  if (function == nullptr) {
+    return interpret(inputs, buffers, literals_);
   }
   arrays.insert(arrays.end(), buffers.begin(), buffers.end());
   arrays.insert(arrays.end(), literals_.begin(), literals_.end());
-  auto flat = compiled_(arrays);
+  auto flat = (*function)(arrays);
   auto cache = mx::detail::compile_cache();
   const bool known = std::any_of(compile_caches_.begin(), compile_caches_.end(), [&](const auto& seen) {
     return !seen.owner_before(cache) && !cache.owner_before(seen);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <mlx/array.h>
+#include <map>
 #include <mlx/compile_impl.h>
 
 #include "index_checks.h"
@@ -64,7 +65,10 @@ class Delegate {
   };
   Results interpret(const std::vector<Value>& inputs, const std::vector<mx::array>& buffers,
                     const std::vector<mx::array>& literals) const;
-  std::vector<mx::array> interpret_arrays(const std::vector<mx::array>& arrays) const;
+  std::vector<mx::array> interpret_arrays(const std::vector<int64_t>& sizes, const std::vector<mx::array>& arrays) const;
+  // The compiled graph for these values of the integer inputs, made on first use;
+  // null when the graph cannot be compiled or kMaxCompiledSizes are made already.
+  const std::function<std::vector<mx::array>(const std::vector<mx::array>&)>* compiled(const std::vector<int64_t>& sizes);
   void hoist_constant_steps(const GraphLayout& layout);
   void separate_literals();
 
@@ -85,11 +89,18 @@ class Delegate {
   std::vector<etmlx_ir::ValueKind> input_kinds_;
   std::vector<etmlx_ir::ValueKind> output_kinds_;
 
-  // mlx::core::compile keeps one trace cache per thread, keyed by an id; the
-  // id is never reused, and every cache this delegate traced into is erased
-  // when it goes.
-  std::function<std::vector<mx::array>(const std::vector<mx::array>&)> compiled_;
-  uintptr_t compile_id_ = 0;
+  // One compiled graph per set of values of the integer inputs (sizes read on the
+  // host: an attention window's), each traced once per input shapes. A size is
+  // invisible to a trace, so it is a constant of the graph compiled for it.
+  // mlx::core::compile keeps one trace cache per thread, keyed by an id; ids are
+  // never reused, and every cache this delegate traced into is erased when it goes.
+  struct Compiled {
+    std::function<std::vector<mx::array>(const std::vector<mx::array>&)> function;
+    uintptr_t id;
+  };
+  static constexpr size_t kMaxCompiledSizes = 64;
+  bool compilable_ = false;
+  std::map<std::vector<int64_t>, Compiled> compiled_;
   std::vector<mx::detail::CompileCacheWeakPtr> compile_caches_;
 };
 
