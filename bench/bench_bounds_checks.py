@@ -32,17 +32,17 @@ PROMPT = list(range(3, 19))
 
 
 def export(model, path: str, checked: bool) -> int:
-    """Exports prefill and decode; returns the decode method's CheckIndex count."""
+    """Exports ``forward`` (transformers' whole-cache form); returns its CheckIndex count."""
     unchecked = lambda ctx, index, x, axis, wraps: ctx.tensor(index)  # noqa: E731
     patches = [] if checked else [mock.patch.object(indexing, "checked_index", unchecked)]
     for patch in patches:
         patch.start()
     try:
-        etmlx.export_methods(llm.export_whole_cache_methods(model, max_prompt=len(PROMPT)), path)
+        etmlx.export_methods(llm.export_whole_cache_methods(model, max_seq_len=len(PROMPT)), path)
     finally:
         for patch in patches:
             patch.stop()
-    (delegate,) = inspect_program(path)["methods"]["decode"]["delegates"]
+    (delegate,) = inspect_program(path)["methods"]["forward"]["delegates"]
     return delegate["nodes"].count("CheckIndex")
 
 
@@ -51,12 +51,12 @@ def decode_seconds(programs: dict, steps: int) -> dict:
     steps taken in turn (one step of each program, then the next position), so that
     the machine's drift hits every program alike."""
     for program in programs.values():
-        program.prefill(np.array([PROMPT]), np.arange(len(PROMPT)))
+        program.forward(np.array([PROMPT]), np.arange(len(PROMPT)))
     times = {key: [] for key in programs}
     for position in range(len(PROMPT), len(PROMPT) + steps):
         for key, program in programs.items():
             start = time.perf_counter()
-            program.decode(np.array([[position % 100]]), np.array([position]))
+            program.forward(np.array([[position % 100]]), np.array([position]))
             times[key].append(time.perf_counter() - start)
     return {key: statistics.median(values) for key, values in times.items()}
 

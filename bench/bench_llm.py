@@ -1,10 +1,11 @@
-"""Tiny Llama generation five ways, in one run: the .pte through etmlx's Python runtime
-and through ExecuTorch's C++ runtime with the native backend (prefill and decode
-methods, KV cache inside the MLX delegate, attention over its filled part:
-``etmlx.causal_lm``), the Python runtime on the whole-cache form transformers' export
-wrapper writes, eager PyTorch (transformers' static cache),
-and mlx-lm's llama built from its ModelArgs with the same weights. fp32 activations. Then
-the resident memory of a loaded program against the size of its weights, per runtime.
+"""Tiny Llama generation six ways, in one run: the .pte through etmlx's Python runtime
+and through ExecuTorch's C++ runtime with the native backend (``forward(tokens,
+cache_position)``, KV cache inside the MLX delegate, attention over its filled part:
+``etmlx.causal_lm``), the same file driven by ExecuTorch's own LLM runner
+(``TextLLMRunner``, its timings), the Python runtime on the whole-cache form transformers'
+export wrapper writes, eager PyTorch (transformers' static cache), and mlx-lm's llama built
+from its ModelArgs with the same weights. fp32 activations. Then the resident memory of a
+loaded program against the size of its weights, per runtime.
 
 ``--quantize int4|int8`` quantizes the weights (linear layers and embeddings, groups of
 ``--group-size``): torchao's weight-only quantization for the .pte and eager PyTorch,
@@ -83,24 +84,58 @@ def time_generation(prefill, decode, prompt, new_tokens):
     return best
 
 
-def etmlx_runner(path, runtime="python", capacity=None):
-    """mx in and out for the Python runtime (its fastest path), torch for ExecuTorch's.
-    ``capacity``: the cache's, for windowed methods; None for whole-cache ones."""
+def etmlx_runner(path, runtime="python"):
+    """mx in and out for the Python runtime (its fastest path), torch for ExecuTorch's."""
     program = etmlx.load(path, runtime=runtime)
     if runtime == "python":
         array, arange = (lambda v: mx.array(v, dtype=mx.int64)), (lambda n: mx.arange(n, dtype=mx.int64))
     else:
         array, arange = torch.tensor, torch.arange
 
+    def next_token(logits):  # the last position's: [1, vocab] here, [1, n, vocab] from the whole-cache form
+        return int((logits[0] if logits.ndim == 2 else logits[0, -1]).argmax())
+
     def prefill(prompt):
-        window = llm.window_inputs(len(prompt), capacity)
-        return int(program.prefill(array([prompt]), arange(len(prompt)), *window)[0, -1].argmax())
+        return next_token(program.forward(array([prompt]), arange(len(prompt))))
 
     def decode(token, position):
-        window = llm.window_inputs(position + 1, capacity)
-        return int(program.decode(array([[token]]), array([position]), *window)[0, -1].argmax())
+        return next_token(program.forward(array([[token]]), array([position])))
 
     return prefill, decode
+
+
+def text_llm_runner(path, tokenizer_path, prompt_text: str, new_tokens: int):
+    """ExecuTorch's LLM runner on the same file, greedy: (prefill seconds, decode seconds
+    per token, the text) from its own clock (milliseconds), the best of three."""
+    import etmlx.native  # noqa: F401  (registers the backend)
+    from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
+
+    runner = TextLLMRunner(path, tokenizer_path)
+    config = GenerationConfig()
+    config.max_new_tokens, config.temperature, config.echo = new_tokens, 0.0, False
+    best = None
+    for _ in range(3):
+        pieces, stats = [], []
+        runner.reset()  # a new conversation: the runner keeps its position across calls
+        with _stdout_silenced():  # the runner prints the text and its statistics itself
+            runner.generate(prompt_text, config, token_callback=pieces.append, stats_callback=stats.append)
+        s = stats[-1]
+        prefill = (s.prompt_eval_end_ms - s.inference_start_ms) / 1e3
+        decode = (s.inference_end_ms - s.prompt_eval_end_ms) / 1e3 / max(1, s.num_generated_tokens - 1)
+        run = (max(prefill, 1e-3), max(decode, 1e-6), "".join(pieces))
+        best = run if best is None or run[0] + run[1] < best[0] + best[1] else best
+    return best
+
+
+class _stdout_silenced:
+    def __enter__(self):
+        sys.stdout.flush()
+        self.saved = os.dup(1)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+
+    def __exit__(self, *exc):
+        os.dup2(self.saved, 1)
+        os.close(self.saved)
 
 
 def eager_runner(model):
@@ -144,7 +179,7 @@ import etmlx, numpy as np
 def rss():
     return int([l for l in open('/proc/self/status') if l.startswith('VmRSS')][0].split()[1]) * 1024
 base = rss(); program = etmlx.load({path!r}, runtime={runtime!r}); loaded = rss()
-program.decode(np.array([[1]], dtype=np.int64), np.array([0], dtype=np.int64), np.zeros(1, bool)); called = rss()
+program.forward(np.array([[1]], dtype=np.int64), np.array([0], dtype=np.int64)); called = rss()
 print(loaded - base, called - base)
 """
     if not os.path.exists("/proc/self/status"):
@@ -171,17 +206,21 @@ def main() -> None:
     prompt = list(range(3, 3 + args.prompt))
     with tempfile.TemporaryDirectory() as tmp:
         path, whole_cache = os.path.join(tmp, "llm.pte"), os.path.join(tmp, "whole_cache.pte")
-        max_prompt = max(args.prompt, 2)
-        result = etmlx.export_methods(llm.export_methods(exported, max_prompt), path)
-        etmlx.export_methods(llm.export_whole_cache_methods(exported, max_prompt), whole_cache)
+        result = etmlx.export_methods(llm.export_methods(exported, args.prompt), path)
+        etmlx.export_methods(llm.export_whole_cache_methods(exported, args.prompt), whole_cache)
+        tokenizer = llm.train_tokenizer(model.config.vocab_size)
+        tokenizer_path = os.path.join(tmp, "tokenizer.json")
+        tokenizer.backend_tokenizer.save(tokenizer_path)
+        prompt = tokenizer.encode(" ".join(llm.CORPUS), add_special_tokens=False)[: args.prompt]
         runs = {
-            "etmlx python": time_generation(*etmlx_runner(path, capacity=max_cache), prompt, args.new_tokens),
-            "etmlx native": time_generation(*etmlx_runner(path, "executorch", max_cache), prompt, args.new_tokens),
+            "etmlx python": time_generation(*etmlx_runner(path), prompt, args.new_tokens),
+            "etmlx native": time_generation(*etmlx_runner(path, "executorch"), prompt, args.new_tokens),
             "  whole cache": time_generation(*etmlx_runner(whole_cache), prompt, args.new_tokens),
             "eager PyTorch": time_generation(*eager_runner(exported), prompt, args.new_tokens),
             "mlx-lm llama": time_generation(*mlx_lm_runner(mlx_lm_llama(model, args.quantize, args.group_size)),
                                             prompt, args.new_tokens),
         }
+        runner = text_llm_runner(path, tokenizer_path, tokenizer.decode(prompt), args.new_tokens)
         weights, cache = stored_bytes(path)
         memory = {runtime: resident_memory(path, runtime) for runtime in etmlx.RUNTIMES}
     print(f"Llama hidden {args.hidden}, {args.layers} layers, prompt {args.prompt}, {args.new_tokens} new tokens, "
@@ -192,14 +231,17 @@ def main() -> None:
     same = len({tuple(runs[name][2]) for name in compared}) == 1
     print("etmlx: attention over the filled cache (etmlx.causal_lm); '  whole cache': the Python runtime "
           "attending over the whole cache (transformers' export wrapper)")
-    print(f"greedy tokens of the .pte (both runtimes, both forms) identical to eager PyTorch's: {same}; mlx-lm's "
+    runner_same = runner[2] == tokenizer.decode(runs["eager PyTorch"][2])
+    print(f"greedy tokens of the .pte (both runtimes, both forms) identical to eager PyTorch's: {same}; "
+          f"ExecuTorch's TextLLMRunner's text {'equal too' if runner_same else 'differs'}; mlx-lm's "
           f"{'equal too' if runs['mlx-lm llama'][2] == runs['eager PyTorch'][2] else 'differ'}"
           f"{' (its own quantization)' if args.quantize else ''}")
     base_prefill, base_decode, _ = runs["mlx-lm llama"]
     print(f"{'':<16}{'prefill tok/s':>15}{'decode tok/s':>14}{'prefill vs mlx-lm':>19}{'decode vs mlx-lm':>18}")
-    for name, (prefill, decode, _) in runs.items():
+    for name, (prefill, decode, _) in [*runs.items(), ("TextLLMRunner", runner)]:
         print(f"{name:<16}{args.prompt / prefill:>15.0f}{1 / decode:>14.0f}"
               f"{base_prefill / prefill:>18.2f}x{base_decode / decode:>17.2f}x")
+    print(f"TextLLMRunner decode vs etmlx native: {runs['etmlx native'][1] / runner[1]:.2f}x (its clock counts milliseconds)")
     print(f"weights as stored {weights / 2**20:.2f} MiB, KV cache {cache / 2**20:.2f} MiB, .pte "
           f"{result.size_bytes / 2**20:.2f} MiB ({result.size_bytes / (weights + cache):.2f}x weights + cache); "
           f"resident memory (weights + cache = {(weights + cache) / 2**20:.1f} MiB):")

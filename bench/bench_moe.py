@@ -81,17 +81,16 @@ def main() -> None:
     model = llm.tiny_mixtral(hidden=args.hidden, layers=args.layers, experts=args.experts, max_cache=capacity)
     exported = quantized_copy(model, args.quantize, args.group_size)[0] if args.quantize else model
     prompt = list(range(3, 3 + args.prompt))
-    max_prompt = max(args.prompt, 2)
     with tempfile.TemporaryDirectory() as tmp:
         fused, unfused = os.path.join(tmp, "moe.pte"), os.path.join(tmp, "gathers.pte")
-        result = etmlx.export_methods(llm.export_methods(exported, max_prompt), fused)
+        result = etmlx.export_methods(llm.export_methods(exported, args.prompt), fused)
         without = tuple(f for f in fusions.LOWERING_FUSIONS if f.NAME != "batched matmul of gathered matrices -> mx.gather_mm")
         with mock.patch.object(fusions, "LOWERING_FUSIONS", without):
-            etmlx.export_methods(llm.export_methods(exported, max_prompt), unfused)
+            etmlx.export_methods(llm.export_methods(exported, args.prompt), unfused)
         runs = {
-            "etmlx python": time_generation(*etmlx_runner(fused, capacity=capacity), prompt, args.new_tokens),
-            "etmlx native": time_generation(*etmlx_runner(fused, "executorch", capacity), prompt, args.new_tokens),
-            "  no gather_mm": time_generation(*etmlx_runner(unfused, capacity=capacity), prompt, args.new_tokens),
+            "etmlx python": time_generation(*etmlx_runner(fused), prompt, args.new_tokens),
+            "etmlx native": time_generation(*etmlx_runner(fused, "executorch"), prompt, args.new_tokens),
+            "  no gather_mm": time_generation(*etmlx_runner(unfused), prompt, args.new_tokens),
             "eager PyTorch": time_generation(*eager_runner(exported), prompt, args.new_tokens),
             "mlx-lm mixtral": time_generation(*mlx_lm_runner(mlx_lm_mixtral(model, args.quantize, args.group_size)),
                                               prompt, args.new_tokens),

@@ -35,20 +35,16 @@ def rank_main(directory: str, runtime: str, prompt: int, new_tokens: int) -> Non
     """One rank: load, prefill, then time ``new_tokens`` decode steps; prints one JSON line."""
     import mlx.core as mx
 
-    from etmlx import causal_lm
-
     mx.distributed.init()  # the ring's own buffers are not the program's
     before = _rss()
     program = etmlx.load(directory, runtime=runtime)
-    capacity = causal_lm.cache_capacity(directory)
     tokens = list(range(1, prompt + 1))
-    logits = program.run_method("prefill", [np.array([tokens]), np.arange(prompt), causal_lm.window(prompt, capacity)])[0]
+    logits = program.run_method("forward", [np.array([tokens]), np.arange(prompt)])[0]
     loaded = _rss() - before
     start = time.perf_counter()
     for position in range(prompt, prompt + new_tokens):
-        tokens.append(int(np.argmax(np.asarray(logits)[0, -1])))
-        window = causal_lm.window(position + 1, capacity)
-        logits = program.run_method("decode", [np.array([[tokens[-1]]]), np.array([position]), window])[0]
+        tokens.append(int(np.argmax(np.asarray(logits)[0])))
+        logits = program.run_method("forward", [np.array([[tokens[-1]]]), np.array([position])])[0]
     seconds = time.perf_counter() - start
     print(json.dumps({"rank": program.rank, "rss": loaded, "tokens_per_s": new_tokens / seconds, "tokens": tokens}))
 
@@ -56,7 +52,7 @@ def rank_main(directory: str, runtime: str, prompt: int, new_tokens: int) -> Non
 def _weights(path: str) -> int:
     from etmlx.inspection import inspect_program
 
-    constants = {c["key"]: c for d in inspect_program(path)["methods"]["decode"]["delegates"] for c in d["constants"]}
+    constants = {c["key"]: c for d in inspect_program(path)["methods"]["forward"]["delegates"] for c in d["constants"]}
     itemsize = {"bfloat16": 2}
     return sum(
         int(np.prod(c["shape"])) * itemsize.get(c["dtype"], np.dtype(c["dtype"]).itemsize) for c in constants.values()
@@ -100,7 +96,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for ranks in (1, 2):
             directory = os.path.join(tmp, f"tp{ranks}")
-            etmlx.export_methods(lambda m: causal_lm.export_methods(m, max_prompt=args.prompt), directory,
+            etmlx.export_methods(lambda m: causal_lm.export_methods(m, max_seq_len=args.prompt), directory,
                                  tensor_parallel=ranks, model=model)
             weights = [_weights(os.path.join(directory, f"rank{r}.pte")) for r in range(ranks)]
             runs[ranks] = (_launch(directory, ranks, args.runtime, args), weights)

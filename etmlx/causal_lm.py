@@ -1,83 +1,122 @@
-"""Hugging Face causal LMs exported for generation with attention over the filled part of
-the KV cache only.
+"""Hugging Face causal LMs exported for generation in ExecuTorch's LLM-runner convention,
+with attention over the filled part of the KV cache only.
+
+One method, ``forward(tokens [1, n], cache_position [n]) -> logits [1, vocab]`` (the last
+position's), serves prefill (n up to ``max_seq_len``, longer prompts in chunks) and decode
+(n = 1), over a static cache of ``max_context_len`` slots inside the MLX delegate; the
+constant methods ExecuTorch's ``TextLLMRunner`` reads (``get_max_seq_len``, ...) are
+written beside it, so the runner drives the file unchanged.
 
 transformers' ``TorchExportableModuleForDecoderOnlyLM`` attends over the whole static
 cache at every step (its mask hides the empty slots), so a decode step at position 10
-costs what one at position 4000 does. The methods exported here take one more input,
-``window``: a tensor whose length L (its values are unused) is the number of cache slots
-attention reads. Keys, values and the mask are sliced to the first L slots before
-attention. That gives the logits of the whole-cache form because the causal mask hides
-every slot after the last position written, so nothing past it is read either way; L
-only has to exceed that position. The graph checks that it does (the last position
-indexes ``arange(L)``, an index both runtimes bound-check), so a window too short raises
-an ``IndexError`` instead of returning other numbers.
-
-L is a dynamic dimension, and the runtimes compile one graph per distinct input shape:
-``window`` rounds L up to a multiple of ``WINDOW_STEP`` so a generation of n tokens
-compiles about n / WINDOW_STEP graphs, each replayed for the steps after it.
+costs what one at position 4000 does. Here keys, values and the mask are sliced to the
+first W slots before attention, W read from the call's last cache position on the host
+(ExecuTorch's scalar ops, before the delegate runs) and rounded up to a bucket of
+``window_step`` slots counted down from the capacity, so the runtimes compile one graph per
+bucket. That gives the logits of the whole-cache form because the causal mask hides every
+slot after the last position written, so nothing past it is read either way. The graph
+checks every position against W (an index both runtimes bound-check), so a position past
+the cache raises ``IndexRangeError`` instead of returning other numbers.
 """
 
 import warnings
 
-import numpy as np
-
 from .errors import ExportError
 
 WINDOW_STEP = 256
+# The constant methods ExecuTorch's LLM runner reads (extension/llm/runner/constants.h).
+RUNNER_METHODS = ("get_max_seq_len", "get_max_context_len", "get_vocab_size", "get_bos_id", "get_eos_ids",
+                  "use_kv_cache", "enable_dynamic_shape")
 
 
-def window(filled: int, capacity: int, step: int = WINDOW_STEP) -> np.ndarray:
-    """The ``window`` input for a call after which the first ``filled`` cache slots hold
-    tokens (the last position written plus one): ``filled`` rounded up to a multiple of
-    ``step``, at most ``capacity``."""
-    if not 1 <= filled <= capacity:
-        raise ValueError(f"filled={filled}: expected 1 to {capacity}, the slots of the cache")
-    return np.zeros(min(capacity, -(-filled // step) * step), dtype=np.bool_)
-
-
-def cache_capacity(path) -> int:
-    """The KV-cache capacity (tokens) of a ``.pte`` written from ``export_methods``: the size
-    of its ``window`` input. For a tensor-parallel directory, of its ranks'."""
-    from .inspection import inspect_program
-    from .tensor_parallel import is_tensor_parallel, rank_file
-
-    pte = rank_file(path, 0) if is_tensor_parallel(path) else path
-    return inspect_program(pte)["methods"]["decode"]["inputs"][2]["sizes"][0]
-
-
-def export_methods(model, max_prompt: int = 32, max_cache_len=None) -> dict:
-    """``{"prefill": ..., "decode": ...}`` ExportedPrograms of a Hugging Face causal LM
-    over one static KV cache (for ``etmlx.export_methods``). Both take ``(input_ids,
-    cache_position, window)``: prefill 2 to ``max_prompt`` tokens, decode one; the cache
-    holds ``max_cache_len`` tokens (default: the model's ``generation_config``)."""
+def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_step: int = WINDOW_STEP) -> dict:
+    """``{"forward": ExportedProgram, "get_max_seq_len": ..., ...}`` of a Hugging Face
+    causal LM (for ``etmlx.export_methods``): ``forward`` takes 1 to ``max_seq_len`` tokens
+    per call; the cache holds ``max_context_len`` tokens (default: the model's
+    ``generation_config``); the other entries are the runner's constant methods."""
     import torch
     from torch.export import Dim
 
     from .windowed_cache import WindowedCausalLM, attends_through_window, batched_experts, windowed_attention
 
-    module = WindowedCausalLM(model, max_cache_len)
+    if not isinstance(window_step, int) or window_step < 1:
+        raise ExportError(f"window_step={window_step!r}: expected a number of cache slots, 1 or more")
+    module = WindowedCausalLM(model, max_context_len, window_step)
     capacity = module.capacity
-    if not 2 <= max_prompt <= capacity:
-        raise ExportError(f"max_prompt={max_prompt}: expected 2 to the cache's {capacity} tokens")
-    seq, slots = Dim("seq", min=2, max=max_prompt), Dim("window", min=1, max=capacity)
-    prompt = min(4, max_prompt)
-    examples = {
-        "prefill": ((torch.zeros(1, prompt, dtype=torch.long), torch.arange(prompt)), ({1: seq}, {0: seq})),
-        "decode": ((torch.zeros(1, 1, dtype=torch.long), torch.tensor([0])), (None, None)),
-    }
-    methods = {}
+    if not isinstance(max_seq_len, int) or not 1 <= max_seq_len <= capacity:
+        raise ExportError(f"max_seq_len={max_seq_len!r}: expected 1 to the cache's {capacity} tokens")
+    example = min(2, max_seq_len)
+    inputs = (torch.zeros(1, example, dtype=torch.long), torch.arange(example))
+    seq = Dim("seq", min=1, max=max_seq_len) if max_seq_len > 1 else None
     with windowed_attention(model), batched_experts(model), torch.no_grad(), warnings.catch_warnings():
         # transformers' output-capturing global trips a dynamo side-effect warning
         warnings.filterwarnings("ignore", message="While compiling, we found certain side effects")
-        for name, (inputs, shapes) in examples.items():
-            methods[name] = torch.export.export(
-                module, (*inputs, torch.zeros(capacity, dtype=torch.bool)),
-                dynamic_shapes=(*shapes, {0: slots}), strict=True,
-            )
-            if not attends_through_window(methods[name]):
-                raise ExportError(
-                    f"{type(model).__name__} does not call attention through transformers' AttentionInterface, "
-                    "so it cannot read a window of its cache; export it with "
-                    "TorchExportableModuleForDecoderOnlyLM (whole-cache attention) instead"
-                )
-    return methods
+        try:
+            forward = torch.export.export(module, inputs, dynamic_shapes=({1: seq}, {0: seq}), strict=True)
+        except ExportError:
+            raise
+        except Exception as error:  # torch.export's reasons run to pages: the first line names it
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise ExportError(f"{type(model).__name__} does not export as a causal LM over transformers' static "
+                              f"cache: {reason}") from error
+    if not attends_through_window(forward):
+        raise ExportError(
+            f"{type(model).__name__} does not call attention through transformers' AttentionInterface, "
+            "so it cannot read a window of its cache; export it with "
+            "TorchExportableModuleForDecoderOnlyLM (whole-cache attention) instead"
+        )
+    return {"forward": forward, **runner_metadata(model, max_seq_len, capacity)}
+
+
+def with_static_cache(model, max_context_len: int):
+    """``model`` in eval mode, set to generate over a static cache of ``max_context_len``
+    tokens (what ``export_methods`` traces)."""
+    from transformers import GenerationConfig
+
+    model.generation_config = GenerationConfig(
+        **{k: v for k, v in model.generation_config.to_dict().items() if k in ("bos_token_id", "eos_token_id", "pad_token_id")},
+        use_cache=True, cache_implementation="static", max_length=max_context_len,
+        cache_config={"batch_size": 1, "max_cache_len": max_context_len},
+    )
+    return model.eval()
+
+
+def runner_metadata(model, max_seq_len: int, capacity: int) -> dict:
+    """The constant methods ExecuTorch's LLM runner reads (its ``constants.h``)."""
+    config = model.config
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    eos = config.eos_token_id if eos is None else eos
+    metadata = {
+        "get_max_seq_len": max_seq_len,
+        "get_max_context_len": capacity,
+        "get_vocab_size": config.get_text_config().vocab_size,
+        "use_kv_cache": True,
+        "enable_dynamic_shape": True,
+    }
+    if getattr(config, "bos_token_id", None) is not None:
+        metadata["get_bos_id"] = int(config.bos_token_id)
+    if eos is not None:
+        metadata["get_eos_ids"] = [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
+    return metadata
+
+
+def metadata(program) -> dict:
+    """A loaded program's runner metadata: ``{"get_max_seq_len": 128, ..., "get_eos_ids":
+    [2]}`` (each a value, ``get_eos_ids`` a list)."""
+    values = {}
+    for name in program.method_names:
+        if name in RUNNER_METHODS:
+            result = list(program.run_method(name, []))
+            values[name] = result if name == "get_eos_ids" else result[0]
+    return values
+
+
+def cache_capacity(path) -> int:
+    """The KV-cache capacity (tokens) of a ``.pte`` written from ``export_methods``, read
+    from the file. For a tensor-parallel directory, of its ranks'."""
+    from .inspection import constant_methods
+    from .tensor_parallel import is_tensor_parallel, rank_file
+
+    pte = rank_file(path, 0) if is_tensor_parallel(path) else path
+    (capacity,) = constant_methods(pte)["get_max_context_len"]
+    return capacity

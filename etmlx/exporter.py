@@ -38,7 +38,9 @@ def trace(module, example_inputs, dynamic_shapes=None):
 
 def lower_methods(methods: dict):
     """Lowers ``{method name: ExportedProgram}`` into one program; returns
-    (ExecutorchProgramManager, PartitionReport).
+    (ExecutorchProgramManager, PartitionReport). An entry whose value is a constant (an
+    int, float, bool, or a list of them) is a constant method: a method of no inputs that
+    returns it (an LLM runner's metadata, ``causal_lm.export_methods``).
 
     ``to_edge`` then ``to_backend`` rather than ``to_edge_transform_and_lower``: the
     latter retraces every program twice (``run_decompositions({})`` to functionalize,
@@ -53,6 +55,8 @@ def lower_methods(methods: dict):
 
     from .splits import split_calls_as_slices
 
+    constants = {name: value for name, value in methods.items() if _is_constant(value)}
+    methods = {name: program for name, program in methods.items() if name not in constants}
     if not methods:
         raise ExportError("no methods to export")
     partitioner = MlxPartitioner()
@@ -61,7 +65,7 @@ def lower_methods(methods: dict):
         for name, program in methods.items()
     }
     try:
-        edge = to_edge(retargeted)
+        edge = to_edge(retargeted, constant_methods=constants or None)
     except SpecViolationError as error:
         raise ExportError(_not_in_edge_dialect(error, partitioner.report)) from None
     edge = edge.to_backend(partitioner)
@@ -70,6 +74,11 @@ def lower_methods(methods: dict):
         _keep_initial_values(edge.exported_program(name))
         _rename_inputs_named_like_state(edge.exported_program(name))
     return edge.to_executorch(), partitioner.report
+
+
+def _is_constant(value) -> bool:
+    scalar = (bool, int, float)
+    return isinstance(value, scalar) or (isinstance(value, (list, tuple)) and all(isinstance(v, scalar) for v in value))
 
 
 def _not_in_edge_dialect(error, report) -> str:

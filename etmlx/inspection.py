@@ -25,6 +25,18 @@ def inspect_program(path_or_bytes) -> dict:
     return {"file_size": info.file_size, "methods": methods, "named_data": dict(info.named_data)}
 
 
+def constant_methods(path_or_bytes) -> dict:
+    """``{name: [values]}`` of the methods that take no input and return constants only
+    (``to_edge(..., constant_methods=...)``: an LLM's runner metadata), read from the file."""
+    pte = read_pte(path_or_bytes)
+    constants = {}
+    for plan in pte.program.plans:
+        values = [plan.values[i] for i in plan.outputs]
+        if not plan.inputs and not plan.instructions and all(isinstance(v, (bool, int, float, str)) for v in values):
+            constants[plan.name] = values
+    return constants
+
+
 def _io(value) -> dict:
     if value.kind != "tensor":
         return {"kind": value.kind}

@@ -1,8 +1,9 @@
 """The module ``etmlx.causal_lm.export_methods`` traces: a Hugging Face causal LM over
-transformers' static KV cache whose attention reads only the first ``window.shape[0]``
-slots of the cache. See ``etmlx.causal_lm`` for why that is exact."""
+transformers' static KV cache whose attention reads only the cache slots up to the last
+position a call writes, in buckets. See ``etmlx.causal_lm`` for why that is exact."""
 
 import contextlib
+import inspect
 
 import torch
 from transformers import AttentionInterface
@@ -16,27 +17,39 @@ ATTENTION = "etmlx_windowed_sdpa"
 
 
 class WindowedCausalLM(torch.nn.Module):
-    """``forward(input_ids, cache_position, window) -> logits``; the cache buffers are
-    transformers' own (``TorchExportableModuleWithStaticCache``), so they carry the same
-    names as in its export."""
+    """``forward(tokens [1, n], cache_position [n]) -> logits [1, vocab]`` of the last
+    position: ExecuTorch's LLM-runner convention. The cache buffers are transformers' own
+    (``TorchExportableModuleWithStaticCache``), so they carry the same names as in its
+    export."""
 
-    def __init__(self, model, max_cache_len=None):
+    def __init__(self, model, max_cache_len=None, window_step: int = 256):
         super().__init__()
         self.cached = TorchExportableModuleWithStaticCache(model, max_cache_len=max_cache_len)
         self.capacity = self.cached.static_cache.get_max_length()
+        self.window_step = window_step
 
-    def forward(self, input_ids, cache_position, window):
-        tokens = input_ids.shape[1]
-        # Bound-checked by the runtimes: the last slot written must lie inside the window.
-        last = torch.index_select(torch.arange(window.shape[0]), 0, cache_position[:1] + (tokens - 1))
-        start = (last - (tokens - 1)).reshape(())
+    def window(self, last_position):
+        """The cache slots attention reads when ``last_position`` is the last written: the
+        capacity less whole steps past that position (capacity, capacity - step, ...), a
+        size read from the call's positions on the host, so each bucket compiles once."""
+        return self.capacity - (self.capacity - 1 - last_position) // self.window_step * self.window_step
+
+    def forward(self, tokens, cache_position):
+        # Bound-checked by the runtimes: every position written must lie in the cache, and
+        # then inside the window (% keeps the window's size in range for the first check
+        # to name a position that is not).
+        inside = torch.index_select(torch.arange(self.capacity), 0, cache_position)
+        window = self.window(cache_position[-1].item() % self.capacity)
+        written = torch.index_select(torch.arange(self.capacity)[:window], 0, inside)
+        start = written[:1].reshape(())
         for layer in self.cached.static_cache.layers:
             layer.cumulative_length.copy_(start)
+        last_only = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(self.cached.model.forward).parameters else {}
         outputs = self.cached.model(
-            input_ids=input_ids, attention_mask=None, past_key_values=self.cached.static_cache,
-            use_cache=True, etmlx_window=window.shape[0],
+            input_ids=tokens, attention_mask=None, past_key_values=self.cached.static_cache,
+            use_cache=True, etmlx_window=window, **last_only,
         )
-        return outputs.logits
+        return outputs.logits[:, -1, :]
 
 
 def windowed_sdpa(module, query, key, value, attention_mask, etmlx_window=None, **kwargs):

@@ -1,7 +1,7 @@
 """Greedy generation on MLX with a KV cache: a tiny Hugging Face Llama (or, with
-``--model mixtral``, a mixture of experts) exported to one .pte with ``prefill`` and
-``decode`` methods, compared token for token with eager PyTorch's greedy generation of
-the same model. With ``--quantize int4`` (or int8) the weights of linear layers and
+``--model mixtral``, a mixture of experts) exported to one .pte in ExecuTorch's LLM-runner
+convention (``forward(tokens, cache_position)``, ``etmlx.causal_lm``), compared token for
+token with eager PyTorch's greedy generation of the same model. With ``--quantize int4`` (or int8) the weights of linear layers and
 embeddings are quantized first (torchao, weight-only) and run on MLX's quantized
 kernels; the reference is then the quantized model in eager PyTorch.
 

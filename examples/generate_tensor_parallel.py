@@ -20,26 +20,22 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import etmlx  # noqa: E402  (first, so mlx runs on OpenBLAS where available)
-from etmlx import causal_lm  # noqa: E402
+from etmlx import causal_lm, generation  # noqa: E402
 
 PROMPT = [5, 17, 42, 8, 99, 3]
 NEW_TOKENS = 16
 
 
-def greedy(program, prompt: list, new_tokens: int, capacity: int) -> tuple:
-    """Greedy generation on a loaded program of ``causal_lm.export_methods`` whose cache
-    holds ``capacity`` tokens: the tokens, and the logits each call gave for the next one."""
-    tokens = list(prompt)
-    logits = program.run_method("prefill", [np.array([tokens]), np.arange(len(tokens)), causal_lm.window(len(tokens), capacity)])
-    steps = [np.asarray(logits[0])[0, -1]]
+def greedy(program, prompt: list, new_tokens: int) -> tuple:
+    """Greedy generation on a loaded program of ``causal_lm.export_methods``: the tokens,
+    and the logits each call gave for the next one."""
+    session = generation.Session(program)
+    tokens, steps = list(prompt), [session.feed(list(prompt))]
     while True:
         tokens.append(int(np.argmax(steps[-1])))
         if len(tokens) == len(prompt) + new_tokens:
             return tokens, np.stack(steps)
-        position = len(tokens) - 1
-        window = causal_lm.window(position + 1, capacity)
-        logits = program.run_method("decode", [np.array([[tokens[-1]]]), np.array([position]), window])
-        steps.append(np.asarray(logits[0])[0, -1])
+        steps.append(session.feed([tokens[-1]]))
 
 
 def export(directory: str, ranks: int) -> None:
@@ -51,7 +47,7 @@ def export(directory: str, ranks: int) -> None:
 
 def run(directory: str, runtime: str) -> None:
     program = etmlx.load(directory, runtime=runtime)
-    tokens, _ = greedy(program, PROMPT, NEW_TOKENS, causal_lm.cache_capacity(directory))
+    tokens, _ = greedy(program, PROMPT, NEW_TOKENS)
     print(f"rank {program.rank} of {program.size}: {tokens}")
     if program.rank == 0:
         import llm

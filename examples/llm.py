@@ -2,10 +2,9 @@
 
 The model is built from a small config with random weights (nothing is downloaded).
 Its static KV cache is a set of module buffers, written at ``cache_position`` by each
-call; etmlx keeps them inside the MLX delegate, and because the ``prefill`` and
-``decode`` methods name the same buffers, they share one cache at run time. Each call
-also takes a ``window`` (``etmlx.causal_lm``): attention reads only that many slots of
-the cache, so a step costs what the tokens in the cache cost, not its capacity.
+call of ``forward`` (prefill chunks and decode steps alike); etmlx keeps them inside the
+MLX delegate, and attention reads only the filled part of the cache (``etmlx.causal_lm``),
+so a step costs what the tokens in the cache cost, not its capacity.
 """
 
 import os
@@ -14,7 +13,7 @@ import warnings
 import torch
 from torch.export import Dim
 
-from etmlx import causal_lm
+from etmlx import causal_lm, generation
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # built from configs: nothing to download
 
@@ -56,67 +55,92 @@ def tiny_mixtral(seed: int = 0, max_cache: int = MAX_CACHE, hidden: int = 64, la
 def with_static_cache(model, max_cache: int):
     """``model`` in eval mode, generating over a static cache of ``max_cache`` tokens
     (what the exports here trace)."""
-    from transformers import GenerationConfig
-
-    model.generation_config = GenerationConfig(
-        use_cache=True,
-        cache_implementation="static",
-        max_length=max_cache,
-        cache_config={"batch_size": 1, "max_cache_len": max_cache},
-    )
-    return model.eval()
+    return causal_lm.with_static_cache(model, max_cache)
 
 
-def export_methods(model, max_prompt: int = 32) -> dict:
-    """``{"prefill": ..., "decode": ...}`` ExportedPrograms over one static cache with
-    windowed attention: each takes ``(input_ids, cache_position, window)``."""
-    return causal_lm.export_methods(model, max_prompt)
+def export_methods(model, max_seq_len: int = 32, **options) -> dict:
+    """``causal_lm.export_methods``: ``forward(tokens, cache_position)`` over one static
+    cache with windowed attention, and the runner's constant methods."""
+    return causal_lm.export_methods(model, max_seq_len, **options)
 
 
-def export_whole_cache_methods(model, max_prompt: int = 32) -> dict:
-    """The same methods as transformers' own export wrapper writes them, attending over
-    the whole cache at every step: ``(input_ids, cache_position)``."""
+def export_whole_cache_methods(model, max_seq_len: int = 32) -> dict:
+    """``forward`` as transformers' own export wrapper writes it, attending over the whole
+    cache at every step: ``(input_ids, cache_position) -> logits [1, n, vocab]``."""
     from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
 
     wrapper = TorchExportableModuleForDecoderOnlyLM(model)
-    seq = Dim("seq", min=2, max=max_prompt)
+    seq = Dim("seq", min=1, max=max_seq_len)
     with torch.no_grad(), warnings.catch_warnings():
         # transformers' output-capturing global trips a dynamo side-effect warning
         warnings.filterwarnings("ignore", message="While compiling, we found certain side effects")
-        prefill = wrapper.export(
-            input_ids=torch.zeros(1, 4, dtype=torch.long),
-            cache_position=torch.arange(4),
+        forward = wrapper.export(
+            input_ids=torch.zeros(1, 2, dtype=torch.long),
+            cache_position=torch.arange(2),
             dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}},
         )
-        decode = wrapper.export(input_ids=torch.zeros(1, 1, dtype=torch.long), cache_position=torch.tensor([0]))
-    return {"prefill": prefill, "decode": decode}
+    return {"forward": forward}
 
 
-def window_inputs(filled: int, capacity) -> tuple:
-    """The inputs a call takes after ``input_ids`` and ``cache_position``: the window
-    (``capacity`` is the cache's) for methods of ``export_methods``; none for those of
-    ``export_whole_cache_methods`` (``capacity=None``)."""
-    return () if capacity is None else (causal_lm.window(filled, capacity),)
-
-
-def greedy(program, prompt: list, new_tokens: int, capacity=MAX_CACHE) -> list:
-    """Greedy generation with a loaded etmlx program: one prefill call, then decode;
-    ``capacity`` as for ``window_inputs``."""
-    tokens = list(prompt)
-    logits = program.prefill(torch.tensor([prompt]), torch.arange(len(prompt)), *window_inputs(len(prompt), capacity))
-    for _ in range(new_tokens):
-        tokens.append(int(logits[0, -1].argmax()))
-        if len(tokens) == len(prompt) + new_tokens:
-            break
-        position = len(tokens) - 1
-        window = window_inputs(position + 1, capacity)
-        logits = program.decode(torch.tensor([[tokens[-1]]]), torch.tensor([position]), *window)
-    return tokens
+def greedy(program, prompt: list, new_tokens: int) -> list:
+    """Greedy generation with a loaded etmlx program (``etmlx.generation``): the prompt,
+    then ``new_tokens`` tokens, EOS or not (as ``eager_greedy`` generates them)."""
+    session = generation.Session(program)
+    return list(prompt) + list(generation.generate_tokens(session, list(prompt), new_tokens, stop_at_eos=False))
 
 
 def eager_greedy(model, prompt: list, new_tokens: int) -> list:
-    """The reference: transformers' own greedy generation, in eager PyTorch."""
+    """The reference: transformers' own greedy generation, in eager PyTorch, of exactly
+    ``new_tokens`` tokens (an EOS token neither stops it nor is kept from being chosen)."""
+    import copy
+
+    config = copy.deepcopy(model.generation_config)
+    config.eos_token_id, config.pad_token_id = None, 0
     length = len(prompt) + new_tokens
     with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), max_length=length, min_length=length, do_sample=False)
+        out = model.generate(torch.tensor([prompt]), generation_config=config, max_length=length, do_sample=False)
     return out[0].tolist()
+
+
+CORPUS = [
+    "the quick brown fox jumps over the lazy dog", "a model on a mac computes what it computed in torch",
+    "tokens in, text out: every step reads the cache", "hello world, hello mlx, hello executorch",
+    "small numbers 0 1 2 3 4 5 6 7 8 9 and marks . , ; : ! ? ( ) [ ] { } - + * / = < > @ # $ % & ' \" ` ~ ^ _ | \\",
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZ abcdefghijklmnopqrstuvwxyz",
+]
+
+
+def train_tokenizer(vocab_size: int = 128):
+    """A byte-level BPE trained on ``CORPUS`` whose every token is printable ASCII (or a
+    space), so any sequence of ids decodes to valid text; ids 0, 1, 2 are <unk>, <s> and
+    </s>, the defaults of transformers' Llama config. Returns a transformers tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    printable = [chr(c) for c in range(32, 127)]
+    alphabet = sorted({symbol for c in printable for symbol in byte_level.pre_tokenize_str(c)[0][0]})
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer, tokenizer.decoder = byte_level, decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>"],
+                                  initial_alphabet=alphabet, limit_alphabet=len(alphabet), show_progress=False)
+    tokenizer.train_from_iterator(CORPUS, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+
+
+def tiny_checkpoint(directory, seed: int = 0, max_cache: int = MAX_CACHE, **sizes) -> str:
+    """A Hugging Face checkpoint folder as users have them (``config.json``, safetensors,
+    ``tokenizer.json``, ``tokenizer_config.json`` with a chat template): ``tiny_llama``'s
+    weights, scaled up so that greedy text varies, and ``train_tokenizer``'s tokenizer."""
+    model = tiny_llama(seed, max_cache, **sizes)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(4.0)  # random weights at the default scale make every greedy step alike
+    tokenizer = train_tokenizer(model.config.vocab_size)
+    tokenizer.chat_template = (
+        "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s>{% endfor %}"
+        "{% if add_generation_prompt %}<s>assistant: {% endif %}"
+    )
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return str(directory)

@@ -19,7 +19,6 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import etmlx  # noqa: E402
-from etmlx import causal_lm  # noqa: E402
 from examples.generate_tensor_parallel import greedy  # noqa: E402
 
 
@@ -33,7 +32,7 @@ def run(runtime, out, name, mode, directory) -> None:
     with np.load(os.path.join(out, f"{name}.npz")) as archive:
         inputs = {key: archive[key] for key in archive.files}
     if mode == "generate":
-        tokens, logits = greedy(program, inputs["prompt"].tolist(), int(inputs["new_tokens"]), causal_lm.cache_capacity(directory))
+        tokens, logits = greedy(program, inputs["prompt"].tolist(), int(inputs["new_tokens"]))
         results = {"tokens": np.array(tokens), "logits": logits}
     else:
         if rank == 1 and mode == "stall":

@@ -38,8 +38,7 @@ def test_other_families_generate_eager_tokens(tmp_path, family, ropes):
     model = _tiny_causal_lm(family)
     result = etmlx.export_methods(llm.export_methods(model), tmp_path / "lm.pte")
     assert result.report.fully_delegated
-    assert reads_a_window(result.path, "decode") and reads_a_window(result.path, "prefill")
-    for method in inspect_program(result.path)["methods"].values():
-        nodes = method["delegates"][0]["nodes"]
-        assert nodes.count("Rope") == ropes and "Cos" not in nodes
-    assert llm.greedy(runtimes.load(result.path), PROMPT, 12, CAPACITY) == llm.eager_greedy(model, PROMPT, 12)
+    assert reads_a_window(result.path)
+    nodes = inspect_program(result.path)["methods"]["forward"]["delegates"][0]["nodes"]
+    assert nodes.count("Rope") == ropes and "Cos" not in nodes
+    assert llm.greedy(runtimes.load(result.path), PROMPT, 12) == llm.eager_greedy(model, PROMPT, 12)

@@ -1,23 +1,22 @@
-"""Generation with a KV cache held inside the MLX delegate, shared by prefill and decode
-(methods of ``etmlx.causal_lm``, which take the attention window as a third input)."""
+"""Generation with a KV cache held inside the MLX delegate, carried across the calls of
+``forward`` (``etmlx.causal_lm``: prefill chunks and decode steps alike)."""
 
 import pytest
 import runtimes
 import torch
 
 import etmlx
-from etmlx.causal_lm import window
 from examples import llm
 
 PROMPT = [5, 17, 42, 8, 99, 3]
 
 
 def prefill(program, prompt):
-    return program.prefill(torch.tensor([prompt]), torch.arange(len(prompt)), window(len(prompt), llm.MAX_CACHE))
+    return program.forward(torch.tensor([prompt]), torch.arange(len(prompt)))
 
 
 def decode(program, token, position):
-    return program.decode(torch.tensor([[token]]), torch.tensor([position]), window(position + 1, llm.MAX_CACHE))
+    return program.forward(torch.tensor([[token]]), torch.tensor([position]))
 
 
 @pytest.fixture(scope="module")
@@ -28,19 +27,18 @@ def exported(tmp_path_factory):
     return model, path, result
 
 
-def test_both_methods_whole_on_mlx_with_the_cache_inside(exported):
+def test_one_method_whole_on_mlx_with_the_cache_inside(exported):
     from etmlx.inspection import inspect_program
 
     _, path, result = exported
     assert result.report.fully_delegated
     methods = inspect_program(path)["methods"]
-    assert set(methods) == {"prefill", "decode"}
-    for method in methods.values():
-        (delegate,) = method["delegates"]
-        assert method["kernels"] == []
-        assert len(delegate["buffers"]) >= 4  # key and value cache of both layers
-        assert "IndexPut" in delegate["nodes"] and "Sdpa" in delegate["nodes"]
-        assert delegate["nodes"].count("Rope") == 2 * 2  # q and k of both layers, fused
+    assert set(methods) == {"forward", *llm.causal_lm.RUNNER_METHODS}
+    (delegate,) = methods["forward"]["delegates"]
+    assert methods["forward"]["kernels"] == ["aten::select_copy.int_out", "aten::_local_scalar_dense.default"]  # the window
+    assert len(delegate["buffers"]) >= 4  # key and value cache of both layers
+    assert "IndexPut" in delegate["nodes"] and "Sdpa" in delegate["nodes"]
+    assert delegate["nodes"].count("Rope") == 2 * 2  # q and k of both layers, fused
 
 
 def test_greedy_tokens_equal_eager(exported):
@@ -60,7 +58,7 @@ def test_two_loads_keep_separate_caches(exported):
     prefill(reference, PROMPT)
     expected = decode(reference, 7, len(PROMPT))
     torch.testing.assert_close(after_other, expected)
-    assert fresh.shape == (1, len(PROMPT), 128)
+    assert fresh.shape == (1, 128)  # the last position's logits
 
 
 def test_decode_reads_what_prefill_wrote(exported):
@@ -72,7 +70,8 @@ def test_decode_reads_what_prefill_wrote(exported):
 
 
 def test_generation_runs_without_torch(exported):
-    """The runtime needs mlx, flatbuffers and numpy alone for a fully delegated program."""
+    """The runtime and etmlx.generation need mlx, flatbuffers and numpy alone for a
+    fully delegated program."""
     import subprocess
     import sys
 
@@ -85,21 +84,21 @@ class Block:
             raise ImportError("blocked: " + name)
 sys.meta_path.insert(0, Block())
 import numpy as np, etmlx
+from etmlx import generation
 program = etmlx.load({str(path)!r})
-logits = program.prefill(np.array([[1, 2, 3]]), np.arange(3), np.zeros(3, bool))
-logits = program.decode(np.array([[4]]), np.array([3]), np.zeros(4, bool))
-print(logits.shape, "torch" in sys.modules)
+tokens = list(generation.generate_tokens(generation.Session(program), [1, 2, 3], 4, stop_at_eos=False))
+print(program.forward(np.array([[4]]), np.array([7])).shape, len(tokens), "torch" in sys.modules)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["(1,", "1,", "128)", "False"]
+    assert result.stdout.split() == ["(1,", "128)", "4", "False"]
 
 
 @pytest.mark.parametrize(
     "step, match",
     [
-        ((128, 6), r"^decode: input 'input_ids' holds index 128, out of range for a dimension of size 128"),
-        ((7, 64), r"^decode: an index computed from input 'cache_position' holds index 64, out of range .* 64"),
+        ((128, 6), r"^forward: input 'tokens' holds index 128, out of range for a dimension of size 128"),
+        ((7, 64), r"^forward: input 'cache_position' holds index 64, out of range for a dimension of size 64"),
     ],
 )
 def test_out_of_range_token_or_position_raises_and_keeps_the_cache(exported, step, match):
@@ -113,5 +112,5 @@ def test_out_of_range_token_or_position_raises_and_keeps_the_cache(exported, ste
         prefill(p, PROMPT)
     token, position = step
     with pytest.raises(IndexRangeError, match=match):
-        program.decode(torch.tensor([[token]]), torch.tensor([position]), window(len(PROMPT) + 1, llm.MAX_CACHE))
+        decode(program, token, position)
     torch.testing.assert_close(decode(program, 7, len(PROMPT)), decode(reference, 7, len(PROMPT)), rtol=0, atol=0)

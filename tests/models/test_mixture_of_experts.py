@@ -45,20 +45,19 @@ def test_mixture_of_experts_runs_on_mlx_with_eager_logits(tmp_path, family):
     result = etmlx.export_methods(llm.export_methods(model), tmp_path / "moe.pte")
     assert model.config._experts_implementation == default == "grouped_mm"  # restored after export
     assert result.report.fully_delegated
-    for method in inspect_program(result.path)["methods"].values():
-        nodes = method["delegates"][0]["nodes"]
-        assert nodes.count("GatherMm") == 2 * LAYERS and nodes.count("ArgSort") == LAYERS
-        assert "Index" not in nodes  # no expert weights gathered per token
+    nodes = inspect_program(result.path)["methods"]["forward"]["delegates"][0]["nodes"]
+    assert nodes.count("GatherMm") == 2 * LAYERS and nodes.count("ArgSort") == LAYERS
+    assert "Index" not in nodes  # no expert weights gathered per token
 
     program = runtimes.load(result.path)
     for prompt in (PROMPT, [7, 3] * 10):  # the prompt length is dynamic
-        logits = program.prefill(torch.tensor([prompt]), torch.arange(len(prompt)), *llm.window_inputs(len(prompt), CAPACITY))
-        torch.testing.assert_close(logits, _eager_logits(model, prompt), rtol=0, atol=1e-4)
-    program.prefill(torch.tensor([PROMPT]), torch.arange(len(PROMPT)), *llm.window_inputs(len(PROMPT), CAPACITY))
+        logits = program.forward(torch.tensor([prompt]), torch.arange(len(prompt)))
+        torch.testing.assert_close(logits, _eager_logits(model, prompt)[:, -1], rtol=0, atol=1e-4)
+    program.forward(torch.tensor([PROMPT]), torch.arange(len(PROMPT)))
     tokens = PROMPT + [77]  # one decode step, over the cache the prefill filled
-    step = program.decode(torch.tensor([[tokens[-1]]]), torch.tensor([len(PROMPT)]), *llm.window_inputs(len(tokens), CAPACITY))
-    torch.testing.assert_close(step[0, -1], _eager_logits(model, tokens)[0, -1], rtol=0, atol=1e-4)
-    assert llm.greedy(program, PROMPT, 12, CAPACITY) == llm.eager_greedy(model, PROMPT, 12)
+    step = program.forward(torch.tensor([[tokens[-1]]]), torch.tensor([len(PROMPT)]))
+    torch.testing.assert_close(step[0], _eager_logits(model, tokens)[0, -1], rtol=0, atol=1e-4)
+    assert llm.greedy(program, PROMPT, 12) == llm.eager_greedy(model, PROMPT, 12)
 
 
 def test_quantized_experts_run_on_gather_qmm(tmp_path):
@@ -71,13 +70,12 @@ def test_quantized_experts_run_on_gather_qmm(tmp_path):
     result = etmlx.export_methods(llm.export_methods(quantized), tmp_path / "int4.pte")
     assert result.report.fully_delegated
     report = inspect_program(result.path)
-    for method in report["methods"].values():
-        nodes = method["delegates"][0]["nodes"]
-        assert nodes.count("GatherQmm") == 2 * LAYERS and "GatherMm" not in nodes
+    nodes = report["methods"]["forward"]["delegates"][0]["nodes"]
+    assert nodes.count("GatherQmm") == 2 * LAYERS and "GatherMm" not in nodes
     float_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     assert sum(report["named_data"].values()) < float_bytes / 3
 
     program = runtimes.load(result.path)
-    logits = program.prefill(torch.tensor([PROMPT]), torch.arange(len(PROMPT)), *llm.window_inputs(len(PROMPT), CAPACITY))
-    torch.testing.assert_close(logits, _eager_logits(quantized, PROMPT), rtol=0, atol=1e-4)
-    assert llm.greedy(program, PROMPT, 12, CAPACITY) == llm.eager_greedy(quantized, PROMPT, 12)
+    logits = program.forward(torch.tensor([PROMPT]), torch.arange(len(PROMPT)))
+    torch.testing.assert_close(logits, _eager_logits(quantized, PROMPT)[:, -1], rtol=0, atol=1e-4)
+    assert llm.greedy(program, PROMPT, 12) == llm.eager_greedy(quantized, PROMPT, 12)

@@ -1,18 +1,19 @@
 """Attention over the filled part of the KV cache (``etmlx.causal_lm``) gives the logits
 of attention over the whole cache (transformers' own export wrapper), at every position
-from the first cache slot to the last, on both runtimes."""
+from the first cache slot to the last, in every window bucket, on both runtimes."""
 
 import pytest
 import runtimes
 import torch
 
 import etmlx
-from etmlx.causal_lm import WINDOW_STEP, window
-from etmlx.inspection import inspect_program
+from etmlx.inspection import constant_methods, inspect_program
 from examples import llm
 from windowing import reads_a_window, sdpa_operand_slices
 
-CAPACITY = 2 * WINDOW_STEP  # two windows: 256 and 512 slots
+STEP = 16  # window buckets of 16 slots: 64, 48, 32, 16
+CAPACITY = 4 * STEP
+MAX_SEQ_LEN = 8
 PROMPT = [5, 17, 42, 8, 99, 3]
 EXACT = dict(rtol=1e-6, atol=1e-6)
 
@@ -22,87 +23,83 @@ def programs(tmp_path_factory):
     model = llm.tiny_llama(max_cache=CAPACITY)
     folder = tmp_path_factory.mktemp("windowed")
     paths = {"windowed": folder / "windowed.pte", "whole": folder / "whole.pte"}
-    etmlx.export_methods(llm.export_methods(model), paths["windowed"])
-    etmlx.export_methods(llm.export_whole_cache_methods(model), paths["whole"])
+    etmlx.export_methods(llm.export_methods(model, MAX_SEQ_LEN, window_step=STEP), paths["windowed"])
+    etmlx.export_methods(llm.export_whole_cache_methods(model, MAX_SEQ_LEN), paths["whole"])
     return paths
 
 
 def test_keys_values_and_mask_are_sliced_to_the_window_before_attention(programs):
-    """Every Sdpa of the windowed methods reads keys, values and mask through a Slice
-    whose length is a run-time size (the window's); the whole-cache form has none such."""
+    """Every Sdpa reads keys, values and mask through a Slice whose length is a run-time
+    size, read from the call's last cache position on the host; the whole-cache form has
+    none such. Nothing else runs outside MLX."""
     assert len(sdpa_operand_slices(programs["windowed"])) == 3 * 2
-    assert reads_a_window(programs["windowed"], "decode") and reads_a_window(programs["windowed"], "prefill")
+    assert reads_a_window(programs["windowed"])
     whole = sdpa_operand_slices(programs["whole"])
     assert len(whole) == 3 * 2 and not any(s is not None and s.op.stop.isSlot for s in whole)
-    for path in programs.values():
-        assert inspect_program(path)["methods"]["decode"]["kernels"] == []
+    forward = inspect_program(programs["windowed"])["methods"]["forward"]
+    assert len(forward["delegates"]) == 1
+    assert forward["kernels"] == ["aten::select_copy.int_out", "aten::_local_scalar_dense.default"]
+
+
+def test_the_runner_metadata_is_written(programs):
+    assert constant_methods(programs["windowed"]) == {
+        "get_max_seq_len": [MAX_SEQ_LEN], "get_max_context_len": [CAPACITY], "get_vocab_size": [128],
+        "use_kv_cache": [True], "enable_dynamic_shape": [True], "get_bos_id": [1], "get_eos_ids": [2],
+    }
+
+
+def _last(logits):
+    return logits[:, -1, :]
 
 
 def test_logits_equal_whole_cache_attention_up_to_the_last_slot(programs):
     windowed, whole = runtimes.load(programs["windowed"]), runtimes.load(programs["whole"])
     ids, positions = torch.tensor([PROMPT]), torch.arange(len(PROMPT))
-    torch.testing.assert_close(
-        windowed.prefill(ids, positions, window(len(PROMPT), CAPACITY)), whole.prefill(ids, positions), **EXACT
-    )
-    for position in (6, 7, WINDOW_STEP - 1, WINDOW_STEP, 300, CAPACITY - 1):
+    torch.testing.assert_close(windowed.forward(ids, positions), _last(whole.forward(ids, positions)), **EXACT)
+    for position in (6, 7, STEP - 1, STEP, STEP + 1, 2 * STEP + 5, CAPACITY - 1):
         token, at = torch.tensor([[position % 128]]), torch.tensor([position])
-        torch.testing.assert_close(
-            windowed.decode(token, at, window(position + 1, CAPACITY)), whole.decode(token, at), **EXACT
-        )
+        torch.testing.assert_close(windowed.forward(token, at), _last(whole.forward(token, at)), **EXACT)
 
 
-@pytest.mark.parametrize("slots", [1, 7, WINDOW_STEP, CAPACITY])
-def test_first_slot_with_any_window_that_covers_it(programs, slots):
-    """Decoding into slot 0 of an empty cache: every window length gives the same logits."""
-    token, at = torch.tensor([[9]]), torch.tensor([0])
-    expected = runtimes.load(programs["whole"]).decode(token, at)
-    got = runtimes.load(programs["windowed"]).decode(token, at, torch.zeros(slots, dtype=torch.bool))
-    torch.testing.assert_close(got, expected, **EXACT)
-
-
-def test_a_prefill_across_a_window_boundary(programs):
-    """A prompt written at slots 250..259 (past the first window), then a decode step."""
+@pytest.mark.parametrize("start", [STEP - 4, 2 * STEP - 1, CAPACITY - MAX_SEQ_LEN])
+def test_a_prefill_chunk_across_a_window_boundary(programs, start):
+    """A chunk written at slots start..start+7 (reaching into the next bucket), then a decode step."""
     windowed, whole = runtimes.load(programs["windowed"]), runtimes.load(programs["whole"])
-    ids, positions = torch.tensor([list(range(10, 20))]), torch.arange(250, 260)
-    torch.testing.assert_close(windowed.prefill(ids, positions, window(260, CAPACITY)), whole.prefill(ids, positions),
-                               **EXACT)
-    token, at = torch.tensor([[3]]), torch.tensor([260])
-    torch.testing.assert_close(windowed.decode(token, at, window(261, CAPACITY)), whole.decode(token, at), **EXACT)
+    ids, positions = torch.tensor([list(range(10, 10 + MAX_SEQ_LEN))]), torch.arange(start, start + MAX_SEQ_LEN)
+    torch.testing.assert_close(windowed.forward(ids, positions), _last(whole.forward(ids, positions)), **EXACT)
+    if start + MAX_SEQ_LEN < CAPACITY:
+        token, at = torch.tensor([[3]]), torch.tensor([start + MAX_SEQ_LEN])
+        torch.testing.assert_close(windowed.forward(token, at), _last(whole.forward(token, at)), **EXACT)
 
 
-def test_a_window_too_short_raises_and_changes_nothing(programs):
+def test_a_position_past_the_cache_raises_and_changes_nothing(programs):
     from etmlx.runtime_shim.errors import IndexRangeError
 
     program, reference = runtimes.load(programs["windowed"]), runtimes.load(programs["windowed"])
     for p in (program, reference):
-        p.prefill(torch.tensor([PROMPT]), torch.arange(len(PROMPT)), window(len(PROMPT), CAPACITY))
-    message = r"'cache_position' holds index 300, out of range for a dimension of size 256"
+        p.forward(torch.tensor([PROMPT]), torch.arange(len(PROMPT)))
+    message = rf"'cache_position' holds index {CAPACITY}, out of range for a dimension of size {CAPACITY}"
     with pytest.raises(IndexRangeError, match=message):
-        program.decode(torch.tensor([[7]]), torch.tensor([300]), window(WINDOW_STEP, CAPACITY))
-    step = (torch.tensor([[7]]), torch.tensor([6]), window(7, CAPACITY))
-    torch.testing.assert_close(program.decode(*step), reference.decode(*step), rtol=0, atol=0)
+        program.forward(torch.tensor([[7]]), torch.tensor([CAPACITY]))
+    with pytest.raises(IndexRangeError, match="'cache_position' holds index -1"):
+        program.forward(torch.tensor([[7]]), torch.tensor([-1]))
+    step = (torch.tensor([[7]]), torch.tensor([6]))
+    torch.testing.assert_close(program.forward(*step), reference.forward(*step), rtol=0, atol=0)
 
 
-def test_a_window_longer_than_the_cache_is_refused(programs):
+def test_a_chunk_longer_than_max_seq_len_is_refused(programs):
     from etmlx.runtime_shim.errors import InputError
 
     program = runtimes.load(programs["windowed"])
-    with pytest.raises(InputError, match=r"input 2 has shape \(513,\), expected \(<=512,\)"):
-        program.decode(torch.tensor([[7]]), torch.tensor([6]), torch.zeros(CAPACITY + 1, dtype=torch.bool))
+    with pytest.raises(InputError, match=rf"input 0 has shape \(1, {MAX_SEQ_LEN + 1}\), expected \(<=1, <={MAX_SEQ_LEN}\)"):
+        program.forward(torch.zeros(1, MAX_SEQ_LEN + 1, dtype=torch.long), torch.arange(MAX_SEQ_LEN + 1))
 
 
-@pytest.mark.parametrize(
-    "filled, capacity, length",
-    [(1, 512, 256), (256, 512, 256), (257, 512, 512), (512, 600, 512), (513, 600, 600), (600, 600, 600)],
-)
-def test_window_rounds_up_to_a_step_within_the_cache(filled, capacity, length):
-    assert window(filled, capacity).shape == (length,)
-
-
-@pytest.mark.parametrize("filled", [0, 513])
-def test_window_outside_the_cache_is_a_value_error(filled):
-    with pytest.raises(ValueError, match=f"filled={filled}: expected 1 to 512"):
-        window(filled, 512)
+def test_greedy_tokens_equal_eager_over_every_bucket_with_a_chunked_prompt(programs):
+    """A prompt of 13 tokens (two chunks of at most 8), then decode to the cache's end."""
+    model, prompt = llm.tiny_llama(max_cache=CAPACITY), list(range(20, 33))
+    expected = llm.eager_greedy(model, prompt, CAPACITY - len(prompt))
+    assert llm.greedy(runtimes.load(programs["windowed"]), prompt, CAPACITY - len(prompt)) == expected
 
 
 def test_a_model_that_bypasses_the_attention_interface_is_named(monkeypatch):
@@ -115,5 +112,16 @@ def test_a_model_that_bypasses_the_attention_interface_is_named(monkeypatch):
     interface = modeling_llama.ALL_ATTENTION_FUNCTIONS
     monkeypatch.setattr(interface, "get_interface", lambda *_: modeling_llama.eager_attention_forward)
     with pytest.raises(ExportError, match="LlamaForCausalLM does not call attention through transformers'"):
-        causal_lm.export_methods(llm.tiny_llama(), max_prompt=8)
+        causal_lm.export_methods(llm.tiny_llama(), max_seq_len=8)
 
+
+@pytest.mark.parametrize("options, message", [
+    (dict(max_seq_len=0), "max_seq_len=0: expected 1 to the cache's 64 tokens"),
+    (dict(max_seq_len=65), "max_seq_len=65"),
+    (dict(window_step=0), "window_step=0"),
+])
+def test_export_options_are_checked(options, message):
+    from etmlx import ExportError, causal_lm
+
+    with pytest.raises(ExportError, match=message):
+        causal_lm.export_methods(llm.tiny_llama(), **options)

@@ -5,7 +5,7 @@ from etmlx.serializer import deserialize, node_type
 from etmlx.serializer.ir import TidT, read_operands
 
 
-def sdpa_operand_slices(path, method: str = "decode") -> list:
+def sdpa_operand_slices(path, method: str = "forward") -> list:
     """For each operand (k, v, mask) of each Sdpa in ``method``'s delegate, the first
     Slice found walking back through the ops that produce it (first input first), or None."""
     pte = read_pte(path)
@@ -24,7 +24,7 @@ def sdpa_operand_slices(path, method: str = "decode") -> list:
     return [slice_behind(getattr(op, name)) for op in sdpas for name in ("k", "v", "mask")]
 
 
-def reads_a_window(path, method: str = "decode") -> bool:
+def reads_a_window(path, method: str = "forward") -> bool:
     """Every Sdpa reads keys, values and mask through a Slice whose stop is a run-time size."""
     slices = sdpa_operand_slices(path, method)
     return bool(slices) and all(s is not None and s.op.stop.isSlot for s in slices)
