@@ -28,6 +28,14 @@ def export_methods(methods, path, tensor_parallel=None, model=None):
     return _export_methods(methods, path, tensor_parallel, model)
 
 
+def export_llm(model_dir, output, max_context=None, max_seq_len=128, quantize=None, group_size=64, dtype="float32"):
+    """A Hugging Face causal-LM checkpoint folder to a ``.pte`` in ExecuTorch's LLM-runner
+    convention, its tokenizer files copied beside it (``etmlx/llm_export.py``)."""
+    from .llm_export import export_llm as _export_llm
+
+    return _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_size, dtype)
+
+
 def load(path_or_bytes, runtime: str = "python"):
     """Loads a ``.pte`` to run: ``runtime="python"`` (the default) with etmlx's own
     runtime, which needs only mlx, flatbuffers and numpy for a fully delegated program;
@@ -46,4 +54,4 @@ def load(path_or_bytes, runtime: str = "python"):
     return load_file(path_or_bytes, runtime)
 
 
-__all__ = ["RUNTIMES", "EtMlxError", "ExportError", "export", "export_methods", "load"]
+__all__ = ["RUNTIMES", "EtMlxError", "ExportError", "export", "export_llm", "export_methods", "load"]

@@ -1,4 +1,5 @@
-"""The ``etmlx`` command: export, run, inspect, ops, build-native."""
+"""The ``etmlx`` command: export, run, inspect, ops, build-native; export-llm, generate and
+chat (``llm_cli.py``)."""
 
 import argparse
 import importlib.util
@@ -48,6 +49,10 @@ def main(argv=None) -> int:
     ops = commands.add_parser("ops", help="which core ATen operators MLX computes (the support table)")
     ops.add_argument("--json", action="store_true", help="machine-readable output")
     ops.set_defaults(handler=_ops)
+
+    from .llm_cli import add_commands
+
+    add_commands(commands)
 
     build_native = commands.add_parser("build-native", help="build the native backend for ExecuTorch's C++ runtime "
                                        "(needs `pip install 'etmlx[native]'` and a C++20 compiler)")

@@ -1,0 +1,59 @@
+"""``etmlx chat``: a multi-turn conversation over one loaded program. Each turn is the
+whole conversation in the tokenizer's chat template; only the tokens the KV cache does
+not hold yet are fed, so a turn prefills its own message, not the conversation again."""
+
+from .generation import GenerationError, Sampling, Session, Stats, generate_tokens, stream_text
+
+
+class Chat:
+    def __init__(self, session: Session, tokenizer, sampling: Sampling = Sampling(), max_new_tokens: int = 128,
+                 system=None):
+        if not getattr(tokenizer, "chat_template", None):
+            raise GenerationError("this tokenizer has no chat template (tokenizer_config.json's chat_template): "
+                                  "use etmlx generate")
+        self.session, self.tokenizer, self.sampling, self.max_new_tokens = session, tokenizer, sampling, max_new_tokens
+        self.system = [{"role": "system", "content": system}] if system else []
+        self.stats = Stats()
+        self.reset()
+
+    def reset(self) -> None:
+        """Starts over: the cache's contents are forgotten (and overwritten as it refills)."""
+        self.messages = list(self.system)
+        self.cached = []  # the token ids the cache holds, from position 0
+        self.session.position = 0
+
+    def reply(self, text: str):
+        """Yields the assistant's reply to ``text`` as it is made, and keeps it in the conversation."""
+        self.messages.append({"role": "user", "content": text})
+        templated = self.tokenizer.apply_chat_template(self.messages, add_generation_prompt=True, tokenize=False)
+        ids = self.tokenizer.encode(templated, add_special_tokens=False)
+        if len(ids) >= self.session.context:
+            self.messages.pop()
+            raise GenerationError(f"the conversation holds {len(ids)} tokens, past the context of "
+                                  f"{self.session.context}: /reset to start over")
+        held = _common_prefix(self.cached, ids[:-1])  # at least one token fed, for the next token's logits
+        self.session.position = held  # the slots past it are overwritten before attention reads them
+        self.fed_from = held
+        self.stats = Stats()
+        generated = []
+
+        def tokens():
+            for token in generate_tokens(self.session, ids[held:], self.max_new_tokens, self.sampling, self.stats):
+                generated.append(token)
+                yield token
+
+        pieces = []
+        for piece in stream_text(self.tokenizer, tokens(), stats=self.stats, eos=self.session.eos_ids):
+            pieces.append(piece)
+            yield piece
+        self.cached = (ids + generated)[: self.session.position]
+        self.messages.append({"role": "assistant", "content": "".join(pieces)})
+
+
+def _common_prefix(a: list, b: list) -> int:
+    length = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        length += 1
+    return length

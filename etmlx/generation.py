@@ -1,0 +1,272 @@
+"""Text generation with a program exported by ``etmlx.causal_lm`` (or any ``.pte`` in
+ExecuTorch's LLM-runner convention: ``forward(tokens [1, n], cache_position [n]) ->
+logits [1, vocab]`` and the runner's constant methods), on either runtime.
+
+``generate_tokens`` streams token ids: the prompt prefilled in chunks of the file's
+``get_max_seq_len``, then one token per call, sampled on the host from the last
+position's logits (``Sampler``). ``generate`` streams text through a tokenizer. Both
+need only numpy besides the runtime, and keep the KV cache of the loaded program: a
+later call with ``start`` continues the same conversation.
+"""
+
+import math
+import resource
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import EtMlxError
+from .causal_lm import metadata
+
+
+class GenerationError(EtMlxError, ValueError):
+    """A generation request that cannot be served: bad sampling settings, a prompt past
+    the context, a program that is not a language model."""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the next token is chosen from the logits, in this order: ``repetition_penalty``
+    (transformers' rule: a seen token's logit divided by it when positive, multiplied
+    when negative), then ``temperature`` (0: greedy, the rest is ignored), ``top_k``
+    (0: off), ``top_p`` (1: off) and ``min_p`` (0: off: tokens below ``min_p`` times the
+    likeliest's probability are dropped); ``seed`` makes the draws repeatable."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self):
+        checks = [
+            ("temperature", self.temperature, _finite(self.temperature) and self.temperature >= 0, "0 or more"),
+            ("top_k", self.top_k, isinstance(self.top_k, int) and not isinstance(self.top_k, bool) and self.top_k >= 0,
+             "a whole number, 0 or more"),
+            ("top_p", self.top_p, _finite(self.top_p) and 0 < self.top_p <= 1, "in (0, 1]"),
+            ("min_p", self.min_p, _finite(self.min_p) and 0 <= self.min_p < 1, "in [0, 1)"),
+            ("repetition_penalty", self.repetition_penalty, _finite(self.repetition_penalty) and self.repetition_penalty > 0,
+             "more than 0"),
+        ]
+        for name, value, valid, expected in checks:
+            if not valid:
+                raise GenerationError(f"{name}={value!r}: expected {expected}")
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class Sampler:
+    """Draws token ids by ``Sampling``'s rules from one position's logits."""
+
+    def __init__(self, sampling: Sampling):
+        self.sampling = sampling
+        self.random = np.random.default_rng(sampling.seed)
+
+    def probabilities(self, logits, history=()) -> np.ndarray:
+        """The distribution a draw follows (float64; zero for every filtered token)."""
+        s = self.sampling
+        logits = np.array(logits, dtype=np.float64).reshape(-1)
+        if s.repetition_penalty != 1 and len(history):
+            seen = np.unique(np.asarray(history, dtype=np.int64))
+            logits[seen] = np.where(logits[seen] > 0, logits[seen] / s.repetition_penalty, logits[seen] * s.repetition_penalty)
+        if s.temperature == 0:
+            probabilities = np.zeros_like(logits)
+            probabilities[int(np.argmax(logits))] = 1.0
+            return probabilities
+        logits = logits / s.temperature
+        order = np.argsort(-logits, kind="stable")  # likeliest first, ties by lower id
+        keep = np.ones(logits.size, dtype=bool)
+        if s.top_k:
+            keep[order[s.top_k:]] = False
+        probabilities = _softmax(np.where(keep, logits, -np.inf))
+        if s.top_p < 1:
+            ranked = probabilities[order]
+            before = np.cumsum(ranked) - ranked  # mass of the likelier tokens
+            keep[order[before >= s.top_p]] = False
+        if s.min_p:
+            keep &= probabilities >= s.min_p * probabilities.max()
+        return _softmax(np.where(keep, logits, -np.inf))
+
+    def __call__(self, logits, history=()) -> int:
+        probabilities = self.probabilities(logits, history)
+        if self.sampling.temperature == 0:
+            return int(np.argmax(probabilities))
+        cumulative = np.cumsum(probabilities)
+        return int(min(np.searchsorted(cumulative, self.random.random() * cumulative[-1], side="right"), probabilities.size - 1))
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - logits.max())
+    return shifted / shifted.sum()
+
+
+@dataclass
+class Stats:
+    """What one generation did; times in seconds, rates in tokens per second."""
+
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    time_to_first_token: float = 0.0
+    decode_seconds: float = 0.0
+    peak_memory_mib: float = 0.0
+    stop_reason: str = ""  # "eos", "stop string", "max_new_tokens" or "context"
+
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        return self.prompt_tokens / self.time_to_first_token if self.time_to_first_token else 0.0
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        decoded = self.generated_tokens - 1  # the first token came from the prefill
+        return decoded / self.decode_seconds if decoded > 0 and self.decode_seconds else 0.0
+
+    def summary(self) -> str:
+        return (f"prompt {self.prompt_tokens} tokens, generated {self.generated_tokens} ({self.stop_reason}); "
+                f"time to first token {self.time_to_first_token * 1e3:.1f} ms, prefill {self.prefill_tokens_per_s:.1f} "
+                f"tokens/s, decode {self.decode_tokens_per_s:.1f} tokens/s; peak memory {self.peak_memory_mib:.0f} MiB")
+
+
+@dataclass
+class Session:
+    """A loaded program and what its KV cache holds: ``position`` tokens so far."""
+
+    program: object
+    limits: dict = field(default_factory=dict)
+    position: int = 0
+
+    def __post_init__(self):
+        if "forward" not in self.program.method_names:
+            raise GenerationError("this program has no forward method: export it with etmlx.causal_lm (etmlx export-llm)")
+        self.limits = metadata(self.program)
+        for name in ("get_max_seq_len", "get_max_context_len"):
+            if name not in self.limits:
+                raise GenerationError(f"this program has no {name}: export it with etmlx.causal_lm (etmlx export-llm)")
+
+    @property
+    def context(self) -> int:
+        return self.limits["get_max_context_len"]
+
+    @property
+    def eos_ids(self) -> set:
+        return set(self.limits.get("get_eos_ids", []))
+
+    def feed(self, tokens: list) -> np.ndarray:
+        """Runs ``tokens`` at the next positions, in chunks of the file's longest call; the
+        last position's logits."""
+        if self.position + len(tokens) > self.context:
+            held = f" after the {self.position} the cache holds" if self.position else ""
+            raise GenerationError(f"the prompt's {len(tokens)} tokens{held} are past the context of {self.context} "
+                                  "tokens (export with a larger --max-context)")
+        chunk = self.limits["get_max_seq_len"]
+        for start in range(0, len(tokens), chunk):
+            piece = np.asarray([tokens[start:start + chunk]], dtype=np.int64)
+            positions = np.arange(self.position, self.position + piece.shape[1], dtype=np.int64)
+            logits = np.asarray(self.program.forward(piece, positions))
+            self.position += piece.shape[1]
+        return logits.reshape(-1)
+
+
+def generate_tokens(session: Session, prompt: list, max_new_tokens: int, sampling: Sampling = Sampling(),
+                    stats: Stats | None = None, stop_at_eos: bool = True):
+    """Yields up to ``max_new_tokens`` token ids after ``prompt`` (ids), continuing
+    ``session``'s cache; stops after an EOS id of the file (unless not ``stop_at_eos``),
+    or at the context's end."""
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise GenerationError(f"max_new_tokens={max_new_tokens!r}: expected a whole number, 0 or more")
+    if not prompt:
+        raise GenerationError("the prompt holds no tokens")
+    stats = stats if stats is not None else Stats()
+    sampler, history = Sampler(sampling), list(prompt)
+    stats.prompt_tokens, stats.stop_reason = len(prompt), "max_new_tokens"
+    started = time.perf_counter()
+    logits = session.feed(list(prompt))
+    stats.time_to_first_token = time.perf_counter() - started
+    decoding = time.perf_counter()
+    for produced in range(max_new_tokens):
+        token = sampler(logits, history)
+        history.append(token)
+        stats.generated_tokens = produced + 1
+        stats.decode_seconds = time.perf_counter() - decoding
+        stats.peak_memory_mib = _peak_rss_mib()
+        yield token
+        if stop_at_eos and token in session.eos_ids:
+            stats.stop_reason = "eos"
+            return
+        if produced + 1 == max_new_tokens:
+            return
+        if session.position >= session.context:
+            stats.stop_reason = "context"
+            return
+        logits = session.feed([token])
+
+
+def _peak_rss_mib() -> float:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1 << 20 if sys.platform == "darwin" else 1 << 10)
+
+
+def generate(session: Session, tokenizer, prompt: str, max_new_tokens: int = 128, sampling: Sampling = Sampling(),
+             stop: tuple = (), stats: Stats | None = None, add_special_tokens: bool = True):
+    """Yields the text generated after ``prompt`` as it is made (``stream_text``);
+    ``tokenizer`` is a transformers tokenizer (``load_tokenizer``)."""
+    stats = stats if stats is not None else Stats()
+    prompt_ids = tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
+    yield from stream_text(tokenizer, generate_tokens(session, prompt_ids, max_new_tokens, sampling, stats), stop, stats,
+                           session.eos_ids)
+
+
+def stream_text(tokenizer, tokens, stop: tuple = (), stats: Stats | None = None, eos=()):
+    """The text of ``tokens`` (an iterator of ids, ending at an id in ``eos``) piece by
+    piece: a piece is held back while it ends inside a UTF-8 character or could begin a
+    ``stop`` string; a stop string ends the text and is not yielded."""
+    ids, shown = [], ""
+    for token in tokens:
+        if token in eos:
+            break
+        ids.append(token)
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        cut = min((i for i in (text.find(s, max(len(shown) - len(s), 0)) for s in stop) if i >= 0), default=-1)
+        if cut >= 0:
+            if stats is not None:
+                stats.stop_reason = "stop string"
+            if cut > len(shown):
+                yield text[len(shown):cut]
+            return
+        ready = len(text) - _held_back(text, stop)
+        if ready > len(shown):
+            yield text[len(shown):ready]
+            shown = text[:ready]
+    text = tokenizer.decode(ids, skip_special_tokens=True) if ids else ""
+    if len(text) > len(shown):
+        yield text[len(shown):]
+
+
+def load_tokenizer(path):
+    """The tokenizer of an exported model: a folder holding ``tokenizer.json`` (and
+    ``tokenizer_config.json``, with the chat template), or a ``tokenizer.json`` itself."""
+    import os
+
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    if os.path.isdir(path) and os.path.exists(os.path.join(path, "tokenizer_config.json")):
+        return AutoTokenizer.from_pretrained(path)
+    file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+    if not os.path.isfile(file):
+        raise GenerationError(f"no tokenizer at {path}: expected tokenizer.json (etmlx export-llm copies it beside the .pte)")
+    return PreTrainedTokenizerFast(tokenizer_file=file)
+
+
+def _held_back(text: str, stop: tuple) -> int:
+    """How many trailing characters may still change or begin a stop string."""
+    held = 1 if text.endswith("\ufffd") else 0
+    for s in stop:
+        for length in range(min(len(s) - 1, len(text)), 0, -1):
+            if s.startswith(text[-length:]):
+                held = max(held, length)
+                break
+    return held

@@ -1,0 +1,120 @@
+"""The language-model commands of ``etmlx``: ``export-llm``, ``generate`` and ``chat``.
+Generated text goes to stdout as it is made; statistics and progress go to stderr."""
+
+import argparse
+import os
+import sys
+
+from .errors import EtMlxError
+
+
+def add_commands(commands) -> None:
+    export = commands.add_parser("export-llm", help="export a Hugging Face causal LM folder to a .pte "
+                                 "(ExecuTorch's LLM-runner convention; the tokenizer is copied beside it)")
+    export.add_argument("model", help="a checkpoint folder: config.json, safetensors, tokenizer files")
+    export.add_argument("-o", "--output", required=True, help="the .pte to write")
+    export.add_argument("--max-context", type=_positive, help="KV-cache capacity in tokens "
+                        "(default: the model's max_position_embeddings, at most 2048)")
+    export.add_argument("--max-seq-len", type=_positive, default=128,
+                        help="most tokens per call: longer prompts are prefilled in chunks of this many (default 128)")
+    export.add_argument("--quantize", choices=("int4", "int8"), help="weight-only quantization (MLX's quantized kernels)")
+    export.add_argument("--group-size", type=_positive, default=64, help="values per quantization group (default 64)")
+    export.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    export.set_defaults(handler=_export_llm)
+
+    for name, helps in (("generate", "generate text from a prompt"), ("chat", "a conversation on stdin, "
+                        "with the tokenizer's chat template; the KV cache carries across turns (/reset starts over)")):
+        command = commands.add_parser(name, help=helps)
+        command.add_argument("pte", help="a .pte from export-llm")
+        if name == "generate":
+            command.add_argument("--prompt", required=True)
+            command.add_argument("--stop", action="append", default=[], help="a string that ends the text (repeatable)")
+        else:
+            command.add_argument("--system", help="a system message to start the conversation with")
+        command.add_argument("--max-new-tokens", type=_positive, default=128)
+        command.add_argument("--temperature", type=float, default=0.0, help="0: greedy (the default)")
+        command.add_argument("--top-k", type=int, default=0)
+        command.add_argument("--top-p", type=float, default=1.0)
+        command.add_argument("--min-p", type=float, default=0.0)
+        command.add_argument("--repetition-penalty", type=float, default=1.0)
+        command.add_argument("--seed", type=int)
+        command.add_argument("--runtime", choices=("python", "executorch"), default="python")
+        command.add_argument("--tokenizer", help="tokenizer.json or its folder (default: the .pte's folder)")
+        command.set_defaults(handler=_generate if name == "generate" else _chat)
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number, 1 or more")
+    return int(text)
+
+
+def _progress(stage: str, seconds: float) -> None:
+    print(f"{stage}: {seconds:.1f} s", file=sys.stderr, flush=True)
+
+
+def _export_llm(args) -> int:
+    from .llm_export import export_llm
+
+    result = export_llm(args.model, args.output, args.max_context, args.max_seq_len, args.quantize, args.group_size,
+                        args.dtype, progress=_progress)
+    print(f"wrote {result.path} ({result.size_bytes} bytes); {result.report.summary()}")
+    if args.quantize:
+        print(f"quantized to {args.quantize}: {len(result.quantized)} layer(s)")
+    if result.tokenizer_files:
+        print(f"copied {', '.join(result.tokenizer_files)} beside it")
+    else:
+        print(f"warning: {args.model} has no tokenizer files; pass --tokenizer to generate and chat", file=sys.stderr)
+    return 0
+
+
+def _session(args):
+    from . import load
+    from .generation import Sampling, Session, load_tokenizer
+
+    sampling = Sampling(args.temperature, args.top_k, args.top_p, args.min_p, args.repetition_penalty, args.seed)
+    session = Session(load(args.pte, runtime=args.runtime))
+    return session, load_tokenizer(args.tokenizer or os.path.dirname(os.path.abspath(args.pte))), sampling
+
+
+def _generate(args) -> int:
+    from .generation import Stats, generate
+
+    session, tokenizer, sampling = _session(args)
+    stats = Stats()
+    for piece in generate(session, tokenizer, args.prompt, args.max_new_tokens, sampling, tuple(args.stop), stats):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    print(stats.summary(), file=sys.stderr)
+    return 0
+
+
+def _chat(args) -> int:
+    from .chat import Chat
+
+    session, tokenizer, sampling = _session(args)
+    chat = Chat(session, tokenizer, sampling, args.max_new_tokens, system=args.system)
+    interactive = sys.stdin.isatty()
+    while True:
+        if interactive:
+            print("> ", end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        if not line:
+            return 0
+        text = line.strip()
+        if text == "/reset":
+            chat.reset()
+            print("(conversation reset)", file=sys.stderr)
+            continue
+        if not text:
+            continue
+        try:
+            for piece in chat.reply(text):
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+        except EtMlxError as error:
+            print(f"\netmlx chat: {error}", file=sys.stderr)
+            return 1
+        sys.stdout.write("\n")
+        print(chat.stats.summary(), file=sys.stderr)

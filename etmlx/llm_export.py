@@ -1,0 +1,85 @@
+"""``etmlx export-llm``: a Hugging Face checkpoint folder to a ``.pte`` that ExecuTorch's
+LLM runner and ``etmlx generate`` drive (``etmlx.causal_lm``), with the tokenizer files
+copied beside it."""
+
+import os
+import shutil
+import time
+
+from .errors import ExportError
+
+DEFAULT_MAX_CONTEXT = 2048
+DTYPES = ("float32", "bfloat16", "float16")
+# What a tokenizer of a checkpoint folder is made of (whichever it has), and its chat template.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                   "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json", "generation_config.json")
+
+
+def export_llm(model_dir, output, max_context=None, max_seq_len: int = 128, quantize=None, group_size=64,
+               dtype: str = "float32", progress=None):
+    """Exports the causal LM in ``model_dir`` to ``output``; returns the ExportResult.
+
+    ``max_context``: the KV cache's capacity in tokens (default: the model's
+    ``max_position_embeddings``, at most 2048); ``max_seq_len``: the most tokens one call
+    takes (longer prompts are prefilled in chunks); ``quantize``: "int4" or "int8" weights
+    (``etmlx.export``'s), per ``group_size``; ``dtype``: of the weights and activations.
+    ``progress(stage, seconds)`` is told of each stage as it ends."""
+    import torch
+
+    from . import causal_lm
+    from .exporter import export_methods
+
+    report = progress or (lambda stage, seconds: None)
+    if dtype not in DTYPES:
+        raise ExportError(f"dtype={dtype!r}: expected one of {', '.join(DTYPES)}")
+    started = time.perf_counter()
+    model = _load(model_dir, getattr(torch, dtype))
+    capacity = max_context or min(getattr(model.config, "max_position_embeddings", None) or DEFAULT_MAX_CONTEXT,
+                                  DEFAULT_MAX_CONTEXT)
+    if not isinstance(capacity, int) or capacity < 1:
+        raise ExportError(f"max_context={max_context!r}: expected a number of tokens, 1 or more")
+    causal_lm.with_static_cache(model, capacity)
+    quantized = ()
+    if quantize is not None:
+        from .quantization import quantized_copy
+
+        model, quantized = quantized_copy(model, quantize, group_size)
+    report("load", time.perf_counter() - started)
+    started = time.perf_counter()
+    methods = causal_lm.export_methods(model, min(max_seq_len, capacity), capacity)
+    report("trace", time.perf_counter() - started)
+    started = time.perf_counter()
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    result = export_methods(methods, output)
+    result.quantized = tuple(quantized)
+    report("lower and write", time.perf_counter() - started)
+    result.tokenizer_files = copy_tokenizer(model_dir, os.path.dirname(os.path.abspath(output)))
+    return result
+
+
+def _load(model_dir, dtype):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if not os.path.isdir(model_dir):
+        raise ExportError(f"{model_dir}: no such directory (a Hugging Face checkpoint folder: config.json, weights, tokenizer)")
+    if not os.path.isfile(os.path.join(model_dir, "config.json")):
+        raise ExportError(f"{model_dir} has no config.json: not a Hugging Face checkpoint folder")
+    try:
+        config = AutoConfig.from_pretrained(model_dir)
+        return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
+    except (ValueError, OSError, KeyError) as error:
+        kind = getattr(locals().get("config"), "model_type", "?")
+        raise ExportError(f"transformers cannot load {model_dir} as a causal LM (model_type {kind!r}): {error}") from error
+
+
+def copy_tokenizer(model_dir, destination) -> list:
+    """Copies the tokenizer files of ``model_dir`` into ``destination``; their names."""
+    copied = []
+    for name in TOKENIZER_FILES:
+        source = os.path.join(model_dir, name)
+        if os.path.isfile(source):
+            target = os.path.join(destination, name)
+            if os.path.abspath(source) != os.path.abspath(target):
+                shutil.copyfile(source, target)
+            copied.append(name)
+    return copied

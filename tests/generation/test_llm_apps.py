@@ -1,0 +1,110 @@
+"""A Hugging Face checkpoint folder to text: ``etmlx export-llm``, then ``etmlx.generate``
+/ ``etmlx generate`` / ``etmlx chat`` on both runtimes and ExecuTorch's own
+``TextLLMRunner``, each against transformers' eager greedy text. Nothing is downloaded:
+the checkpoint is written by ``save_pretrained``, its tokenizer trained here."""
+
+import pytest
+import torch
+
+import etmlx
+from etmlx import generation
+from etmlx.cli import main
+from etmlx.inspection import constant_methods
+from examples import llm
+
+CONTEXT, CHUNK = 128, 8
+PROMPT = "hello world, the quick brown fox jumps over the lazy dog"  # more tokens than one chunk
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    from transformers import AutoModelForCausalLM
+
+    checkpoint = llm.tiny_checkpoint(tmp_path_factory.mktemp("checkpoint"), max_cache=CONTEXT)
+    out = tmp_path_factory.mktemp("exported")
+    assert main(["export-llm", checkpoint, "-o", str(out / "model.pte"), "--max-seq-len", str(CHUNK)]) == 0
+    model = llm.with_static_cache(AutoModelForCausalLM.from_pretrained(checkpoint), CONTEXT)
+    return out / "model.pte", model, generation.load_tokenizer(str(out))
+
+
+def eager_text(model, tokenizer, ids: list, new_tokens: int) -> str:
+    """transformers' greedy continuation of ``ids``, up to its first EOS, as text."""
+    generated = llm.eager_greedy(model, ids, new_tokens)[len(ids):]
+    eos = model.config.eos_token_id
+    return tokenizer.decode(generated[: generated.index(eos)] if eos in generated else generated, skip_special_tokens=True)
+
+
+def test_export_llm_writes_the_runner_form_and_the_tokenizer(exported):
+    path, _, _ = exported
+    assert constant_methods(path)["get_max_seq_len"] == [CHUNK]
+    assert constant_methods(path)["get_max_context_len"] == [CONTEXT]
+    assert {"tokenizer.json", "tokenizer_config.json"} <= {p.name for p in path.parent.iterdir()}
+
+
+@pytest.mark.parametrize("runtime", etmlx.RUNTIMES)
+def test_greedy_text_equals_eager_with_a_chunked_prompt(exported, runtime):
+    path, model, tokenizer = exported
+    ids = tokenizer.encode(PROMPT)
+    assert len(ids) > CHUNK
+    stats = generation.Stats()
+    session = generation.Session(etmlx.load(path, runtime=runtime))
+    text = "".join(generation.generate(session, tokenizer, PROMPT, 24, stats=stats))
+    assert text == eager_text(model, tokenizer, ids, 24) and text
+    assert stats.prompt_tokens == len(ids) and stats.generated_tokens >= 1 and stats.time_to_first_token > 0
+
+
+def test_executorch_text_llm_runner_generates_eager_text(exported):
+    import etmlx.native  # noqa: F401  (registers the backend with ExecuTorch's runtime)
+    from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
+
+    path, model, tokenizer = exported
+    runner = TextLLMRunner(str(path), str(path.parent / "tokenizer.json"))
+    config = GenerationConfig()
+    config.max_new_tokens, config.temperature, config.echo, config.num_bos = 24, 0.0, False, 0
+    pieces = []
+    runner.generate(PROMPT, config, token_callback=pieces.append)
+    assert "".join(pieces) == eager_text(model, tokenizer, tokenizer.encode(PROMPT), 24)
+
+
+def test_the_same_seed_samples_the_same_text_on_both_runtimes(exported):
+    path, _, tokenizer = exported
+    texts = {}
+    for runtime, seed in (("python", 5), ("executorch", 5), ("python", 6)):
+        sampling = generation.Sampling(temperature=0.9, top_k=40, top_p=0.95, seed=seed)
+        session = generation.Session(etmlx.load(path, runtime=runtime))
+        texts[runtime, seed] = "".join(generation.generate(session, tokenizer, PROMPT, 24, sampling))
+    assert texts["python", 5] == texts["executorch", 5] != texts["python", 6]
+
+
+def test_chat_carries_the_cache_and_replies_as_eager_does(exported):
+    from etmlx.chat import Chat
+
+    path, model, tokenizer = exported
+    chat = Chat(generation.Session(etmlx.load(path)), tokenizer, max_new_tokens=12)
+    first = "".join(chat.reply("hello"))
+    held = len(chat.cached)
+    second = "".join(chat.reply("how are you"))
+    assert chat.fed_from == held > 0  # the second turn fed only what followed the first
+    for turn, reply in ((1, first), (2, second)):
+        messages = chat.messages[: 2 * turn - 1]
+        templated = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        assert reply == eager_text(model, tokenizer, tokenizer.encode(templated, add_special_tokens=False), 12)
+    chat.reset()
+    assert "".join(chat.reply("hello")) == first and chat.fed_from == 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["export-llm", "{missing}", "-o", "{out}/x.pte"], "no such directory"),
+    (["export-llm", "{bert}", "-o", "{out}/x.pte"], "BertLMHeadModel does not export as a causal LM"),
+    (["generate", "{pte}", "--prompt", "x", "--tokenizer", "{missing}"], "no tokenizer at"),
+    (["generate", "{pte}", "--prompt", PROMPT * 20], "past the context of 128 tokens"),
+    (["generate", "{pte}", "--prompt", "x", "--top-p", "2"], "top_p=2.0: expected in (0, 1]"),
+])
+def test_bad_input_is_one_clear_error(exported, tmp_path, capsys, args, message):
+    from transformers import BertConfig, BertModel
+
+    BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)).save_pretrained(
+        tmp_path / "bert")
+    names = dict(missing=str(tmp_path / "missing"), out=str(tmp_path), bert=str(tmp_path / "bert"), pte=str(exported[0]))
+    assert main([a.format(**names) for a in args]) == 1
+    assert message in capsys.readouterr().err
