@@ -30,10 +30,25 @@ def trace(module, example_inputs, dynamic_shapes=None):
         example_inputs = (example_inputs,)
     module.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _experts_as_batched_matmuls(module):
             return torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
     except Exception as error:
         raise ExportError(f"torch.export could not trace {type(module).__name__}: {error}") from error
+
+
+def _experts_as_batched_matmuls(module):
+    """transformers' mixture-of-experts models in the experts form lowering turns into
+    ``mx.gather_mm`` (``windowed_cache.batched_experts``) while tracing: their default form
+    leaves ``histc``, which is not in ExecuTorch's Core ATen, in the graph."""
+    import contextlib
+
+    stack = contextlib.ExitStack()
+    models = [m for m in module.modules() if callable(getattr(m, "_can_set_experts_implementation", None))]
+    if models:
+        from .windowed_cache import batched_experts
+
+        stack.enter_context(batched_experts(models[0]))
+    return stack
 
 
 def lower_methods(methods: dict):

@@ -79,3 +79,16 @@ def test_quantized_experts_run_on_gather_qmm(tmp_path):
     logits = program.forward(torch.tensor([PROMPT]), torch.arange(len(PROMPT)))
     torch.testing.assert_close(logits, _eager_logits(quantized, PROMPT)[:, -1], rtol=0, atol=1e-4)
     assert llm.greedy(program, PROMPT, 12) == llm.eager_greedy(quantized, PROMPT, 12)
+
+
+def test_plain_export_of_a_mixture_of_experts_takes_the_batched_form(tmp_path):
+    """``etmlx.export`` of a Mixtral's forward without a cache (was: "aten.histc is not in
+    Core ATen") runs its experts on GatherMm, with eager's logits, and restores the model's setting."""
+    from examples.hf_models import Logits
+
+    model = _tiny_moe("Mixtral")
+    tokens = torch.tensor([PROMPT])
+    result = etmlx.export(Logits(model), (tokens,), tmp_path / "moe.pte")
+    assert result.report.fully_delegated and model.config._experts_implementation == "grouped_mm"
+    assert inspect_program(result.path)["methods"]["forward"]["delegates"][0]["nodes"].count("GatherMm") == 2 * LAYERS
+    torch.testing.assert_close(runtimes.load(result.path).forward(tokens), _eager_logits(model, PROMPT), rtol=0, atol=1e-4)
