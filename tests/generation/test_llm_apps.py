@@ -4,7 +4,6 @@
 the checkpoint is written by ``save_pretrained``, its tokenizer trained here."""
 
 import pytest
-import torch
 
 import etmlx
 from etmlx import generation
