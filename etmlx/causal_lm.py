@@ -19,6 +19,7 @@ checks every position against W (an index both runtimes bound-check), so a posit
 the cache raises ``IndexRangeError`` instead of returning other numbers.
 """
 
+import re
 import warnings
 
 from .errors import ExportError
@@ -55,10 +56,9 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
             forward = torch.export.export(module, inputs, dynamic_shapes=({1: seq}, {0: seq}), strict=True)
         except ExportError:
             raise
-        except Exception as error:  # torch.export's reasons run to pages: the first line names it
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        except Exception as error:
             raise ExportError(f"{type(model).__name__} does not export as a causal LM over transformers' static "
-                              f"cache: {reason}") from error
+                              f"cache: {_trace_failure(error)}") from error
     if not attends_through_window(forward):
         raise ExportError(
             f"{type(model).__name__} does not call attention through transformers' AttentionInterface, "
@@ -79,6 +79,16 @@ def with_static_cache(model, max_context_len: int):
         cache_config={"batch_size": 1, "max_cache_len": max_context_len},
     )
     return model.eval()
+
+
+def _trace_failure(error) -> str:
+    """The reason in torch.export's pages of text: the exception the traced code raised,
+    where dynamo names it, else the first line."""
+    text = str(error).strip()
+    raised = re.search(r"raised exception (\w+)\((['\"])(.*?)\2\)", text)
+    if raised:
+        return f"{raised.group(1)}: {raised.group(3)}"
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def runner_metadata(model, max_seq_len: int, capacity: int) -> dict:

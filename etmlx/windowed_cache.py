@@ -54,8 +54,10 @@ class WindowedCausalLM(torch.nn.Module):
 
 def windowed_sdpa(module, query, key, value, attention_mask, etmlx_window=None, **kwargs):
     """transformers' SDPA attention over the first ``etmlx_window`` slots of the cache."""
-    if etmlx_window is None:
-        raise ExportError("etmlx's windowed attention runs only inside etmlx.causal_lm.export_methods")
+    if etmlx_window is None:  # registered only while etmlx.causal_lm traces, which passes the window
+        raise ExportError("its attention layers do not pass the keyword arguments of the model's call on to "
+                          "transformers' attention function, so they cannot read a window of the cache; export it "
+                          "with TorchExportableModuleForDecoderOnlyLM (whole-cache attention) instead")
     if attention_mask is None:
         raise ExportError("windowed attention needs the causal mask over the cache, and the model passed none")
     # slice_copy, not a view: a view's contiguity would make torch.export specialize on L.
