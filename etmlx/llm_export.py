@@ -65,11 +65,11 @@ def _load(model_dir, dtype):
     if not os.path.isfile(os.path.join(model_dir, "config.json")):
         raise ExportError(f"{model_dir} has no config.json: not a Hugging Face checkpoint folder")
     try:
-        config = AutoConfig.from_pretrained(model_dir)
+        AutoConfig.from_pretrained(model_dir)  # an unknown model_type fails here, by name
         return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
     except (ValueError, OSError, KeyError) as error:
-        kind = getattr(locals().get("config"), "model_type", "?")
-        raise ExportError(f"transformers cannot load {model_dir} as a causal LM (model_type {kind!r}): {error}") from error
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ExportError(f"transformers cannot load {model_dir} as a causal LM: {reason}") from error
 
 
 def copy_tokenizer(model_dir, destination) -> list:

@@ -4,6 +4,7 @@ values), must compute what the whole model's program computes on its example inp
 A layout the structural reading of ``etmlx/shard_plan.py`` got wrong is then one
 ``ExportError``, never a program that computes something else."""
 
+import math
 import threading
 
 import torch
@@ -76,16 +77,22 @@ def check_ranks(whole, ranks: list, method: str) -> None:
     expected = _run(whole)
     for rank, outputs in enumerate(run_ranks(ranks)):
         for index, (got, want) in enumerate(zip(outputs, expected)):
-            if not isinstance(want, torch.Tensor) or not want.is_floating_point():
-                same = torch.equal(got, want) if isinstance(want, torch.Tensor) else got == want
-                difference = 0.0 if same else float("inf")
-                bound = 0.0
-            else:
-                difference = float((got.double() - want.double()).abs().max()) if want.numel() else 0.0
-                bound = TOLERANCE.get(want.dtype, 1e-4) * max(1.0, float(want.double().abs().max()) if want.numel() else 0.0)
+            difference, bound = _difference(got, want)
             if not difference <= bound:
                 raise ExportError(
                     f"the sharded programs do not compute the model's {method!r}: rank {rank}'s output {index} differs by "
                     f"{difference:.3g} (at most {bound:.3g} expected); a block was found whose weights are not laid out "
                     "as its heads or hidden units: export without tensor_parallel=, or report the model"
                 )
+
+
+def _difference(got, want) -> tuple:
+    """(largest difference, the bound it must stay within): relative to the largest value
+    for floating outputs, exact for the rest."""
+    if isinstance(want, torch.Tensor) and want.is_floating_point():
+        if not want.numel():
+            return 0.0, 0.0
+        scale = max(1.0, float(want.double().abs().max()))
+        return float((got.double() - want.double()).abs().max()), TOLERANCE.get(want.dtype, 1e-4) * scale
+    same = torch.equal(got, want) if isinstance(want, torch.Tensor) else got == want
+    return (0.0 if same else math.inf), 0.0
