@@ -30,15 +30,20 @@ RUNNER_METHODS = ("get_max_seq_len", "get_max_context_len", "get_vocab_size", "g
                   "use_kv_cache", "enable_dynamic_shape")
 
 
-def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_step: int = WINDOW_STEP) -> dict:
+def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_step: int = WINDOW_STEP,
+                   sample_on_device: bool = False) -> dict:
     """``{"forward": ExportedProgram, "get_max_seq_len": ..., ...}`` of a Hugging Face
     causal LM (for ``etmlx.export_methods``): ``forward`` takes 1 to ``max_seq_len`` tokens
     per call; the cache holds ``max_context_len`` tokens (default: the model's
-    ``generation_config``); the other entries are the runner's constant methods."""
+    ``generation_config``); the other entries are the runner's constant methods.
+    ``sample_on_device`` adds ``sample`` (``windowed_cache.SampledCausalLM``): the same
+    call, returning the next token id drawn inside the MLX delegate, over the same cache."""
     import torch
     from torch.export import Dim
 
-    from .windowed_cache import WindowedCausalLM, attends_through_window, batched_experts, windowed_attention
+    from .windowed_cache import (
+        SampledCausalLM, WindowedCausalLM, attends_through_window, batched_experts, windowed_attention,
+    )
 
     if not isinstance(window_step, int) or window_step < 1:
         raise ExportError(f"window_step={window_step!r}: expected a number of cache slots, 1 or more")
@@ -49,23 +54,31 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
     example = min(2, max_seq_len)
     inputs = (torch.zeros(1, example, dtype=torch.long), torch.arange(example))
     seq = Dim("seq", min=1, max=max_seq_len) if max_seq_len > 1 else None
+    traced = {"forward": (module, inputs, ({1: seq}, {0: seq}))}
+    if sample_on_device:
+        settings = (torch.tensor([1.0]), torch.tensor([0]), torch.tensor([1.0]), torch.tensor([0.0]), torch.tensor([0.5]))
+        traced["sample"] = (SampledCausalLM(model, max_context_len, window_step), inputs + settings,
+                            ({1: seq}, {0: seq}) + (None,) * len(settings))
+    programs = {}
     with windowed_attention(model), batched_experts(model), torch.no_grad(), warnings.catch_warnings():
         # transformers' output-capturing global trips a dynamo side-effect warning
         warnings.filterwarnings("ignore", message="While compiling, we found certain side effects")
-        try:
-            forward = torch.export.export(module, inputs, dynamic_shapes=({1: seq}, {0: seq}), strict=True)
-        except ExportError:
-            raise
-        except Exception as error:
-            raise ExportError(f"{type(model).__name__} does not export as a causal LM over transformers' static "
-                              f"cache: {_trace_failure(error)}") from error
+        for name, (wrapper, example, shapes) in traced.items():
+            try:
+                programs[name] = torch.export.export(wrapper, example, dynamic_shapes=shapes, strict=True)
+            except ExportError:
+                raise
+            except Exception as error:
+                raise ExportError(f"{type(model).__name__} does not export as a causal LM over transformers' static "
+                                  f"cache: {_trace_failure(error)}") from error
+    forward = programs["forward"]
     if not attends_through_window(forward):
         raise ExportError(
             f"{type(model).__name__} does not call attention through transformers' AttentionInterface, "
             "so it cannot read a window of its cache; export it with "
             "TorchExportableModuleForDecoderOnlyLM (whole-cache attention) instead"
         )
-    return {"forward": forward, **runner_metadata(model, max_seq_len, capacity)}
+    return {**programs, **runner_metadata(model, max_seq_len, capacity)}
 
 
 def with_static_cache(model, max_context_len: int):

@@ -96,8 +96,16 @@ class Sampler:
         probabilities = self.probabilities(logits, history)
         if self.sampling.temperature == 0:
             return int(np.argmax(probabilities))
-        cumulative = np.cumsum(probabilities)
-        return int(min(np.searchsorted(cumulative, self.random.random() * cumulative[-1], side="right"), probabilities.size - 1))
+        return self.draw(probabilities, self.random.random())
+
+    @staticmethod
+    def draw(probabilities: np.ndarray, uniform: float) -> int:
+        """The token at ``uniform`` of the distribution's CDF over the tokens likeliest
+        first (ties by lower id): the order the delegate's sampler draws in
+        (``windowed_cache.SampledCausalLM``), so one number picks one token in both."""
+        order = np.argsort(-probabilities, kind="stable")
+        cumulative = np.cumsum(probabilities[order])
+        return int(order[min(np.searchsorted(cumulative, uniform * cumulative[-1], side="right"), order.size - 1)])
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:
@@ -155,20 +163,42 @@ class Session:
     def eos_ids(self) -> set:
         return set(self.limits.get("get_eos_ids", []))
 
+    @property
+    def samples_on_device(self) -> bool:
+        """Whether the file has ``sample`` (``causal_lm.export_methods(sample_on_device=True)``)."""
+        return "sample" in self.program.method_names
+
     def feed(self, tokens: list) -> np.ndarray:
         """Runs ``tokens`` at the next positions, in chunks of the file's longest call; the
         last position's logits."""
-        if self.position + len(tokens) > self.context:
-            held = f" after the {self.position} the cache holds" if self.position else ""
-            raise GenerationError(f"the prompt's {len(tokens)} tokens{held} are past the context of {self.context} "
-                                  "tokens (export with a larger --max-context)")
+        self._check_room(len(tokens))
         chunk = self.limits["get_max_seq_len"]
         for start in range(0, len(tokens), chunk):
-            piece = np.asarray([tokens[start:start + chunk]], dtype=np.int64)
-            positions = np.arange(self.position, self.position + piece.shape[1], dtype=np.int64)
-            logits = np.asarray(self.program.forward(piece, positions))
-            self.position += piece.shape[1]
-        return logits.reshape(-1)
+            logits = self._call("forward", tokens[start:start + chunk])
+        return np.asarray(logits).reshape(-1)
+
+    def sample(self, tokens: list, sampling: Sampling, uniform: float) -> int:
+        """``feed``, with the last chunk run by the file's ``sample``: the next token drawn
+        inside the delegate by ``sampling``'s rules at ``uniform``."""
+        self._check_room(len(tokens))
+        last = (len(tokens) - 1) // self.limits["get_max_seq_len"] * self.limits["get_max_seq_len"]
+        if last:
+            self.feed(tokens[:last])
+        settings = [np.array([v], dtype=t) for v, t in ((sampling.temperature, np.float32), (sampling.top_k, np.int64),
+                    (sampling.top_p, np.float32), (sampling.min_p, np.float32), (uniform, np.float32))]
+        return int(np.asarray(self._call("sample", tokens[last:], *settings)).reshape(-1)[0])
+
+    def _check_room(self, count: int) -> None:
+        if self.position + count > self.context:
+            held = f" after the {self.position} the cache holds" if self.position else ""
+            raise GenerationError(f"the prompt's {count} tokens{held} are past the context of {self.context} "
+                                  "tokens (export with a larger --max-context)")
+
+    def _call(self, method: str, tokens: list, *settings):
+        positions = np.arange(self.position, self.position + len(tokens), dtype=np.int64)
+        out = self.program.run_method(method, [np.asarray([tokens], dtype=np.int64), positions, *settings])[0]
+        self.position += len(tokens)
+        return out
 
 
 def generate_tokens(session: Session, prompt: list, max_new_tokens: int, sampling: Sampling = Sampling(),
@@ -182,13 +212,21 @@ def generate_tokens(session: Session, prompt: list, max_new_tokens: int, samplin
         raise GenerationError("the prompt holds no tokens")
     stats = stats if stats is not None else Stats()
     sampler, history = Sampler(sampling), list(prompt)
+    on_device = session.samples_on_device and sampling.temperature > 0 and sampling.repetition_penalty == 1
+
+    def next_token(tokens: list) -> int:
+        """The token after ``tokens``, fed: drawn in the delegate where the file samples
+        there (one random stream with the host sampler's), else on the host."""
+        if on_device:
+            return session.sample(tokens, sampling, sampler.random.random())
+        return sampler(session.feed(tokens), history)
+
     stats.prompt_tokens, stats.stop_reason = len(prompt), "max_new_tokens"
     started = time.perf_counter()
-    logits = session.feed(list(prompt))
+    token = next_token(list(prompt))
     stats.time_to_first_token = time.perf_counter() - started
     decoding = time.perf_counter()
     for produced in range(max_new_tokens):
-        token = sampler(logits, history)
         history.append(token)
         stats.generated_tokens = produced + 1
         stats.decode_seconds = time.perf_counter() - decoding
@@ -202,7 +240,7 @@ def generate_tokens(session: Session, prompt: list, max_new_tokens: int, samplin
         if session.position >= session.context:
             stats.stop_reason = "context"
             return
-        logits = session.feed([token])
+        token = next_token([token])
 
 
 def _peak_rss_mib() -> float:

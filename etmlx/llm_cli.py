@@ -20,6 +20,8 @@ def add_commands(commands) -> None:
     export.add_argument("--quantize", choices=("int4", "int8"), help="weight-only quantization (MLX's quantized kernels)")
     export.add_argument("--group-size", type=_positive, default=64, help="values per quantization group (default 64)")
     export.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    export.add_argument("--sample-on-device", action="store_true", help="also write a `sample` method that draws "
+                        "the next token inside the MLX delegate (generate and chat use it when sampling)")
     export.set_defaults(handler=_export_llm)
 
     for name, helps in (("generate", "generate text from a prompt"), ("chat", "a conversation on stdin, "
@@ -57,7 +59,7 @@ def _export_llm(args) -> int:
     from .llm_export import export_llm
 
     result = export_llm(args.model, args.output, args.max_context, args.max_seq_len, args.quantize, args.group_size,
-                        args.dtype, progress=_progress)
+                        args.dtype, args.sample_on_device, progress=_progress)
     print(f"wrote {result.path} ({result.size_bytes} bytes); {result.report.summary()}")
     if args.quantize:
         print(f"quantized to {args.quantize}: {len(result.quantized)} layer(s)")

@@ -16,13 +16,14 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 
 def export_llm(model_dir, output, max_context=None, max_seq_len: int = 128, quantize=None, group_size=64,
-               dtype: str = "float32", progress=None):
+               dtype: str = "float32", sample_on_device: bool = False, progress=None):
     """Exports the causal LM in ``model_dir`` to ``output``; returns the ExportResult.
 
     ``max_context``: the KV cache's capacity in tokens (default: the model's
     ``max_position_embeddings``, at most 2048); ``max_seq_len``: the most tokens one call
     takes (longer prompts are prefilled in chunks); ``quantize``: "int4" or "int8" weights
-    (``etmlx.export``'s), per ``group_size``; ``dtype``: of the weights and activations.
+    (``etmlx.export``'s), per ``group_size``; ``dtype``: of the weights and activations;
+    ``sample_on_device``: also a ``sample`` method (``causal_lm.export_methods``).
     ``progress(stage, seconds)`` is told of each stage as it ends."""
     import torch
 
@@ -46,7 +47,7 @@ def export_llm(model_dir, output, max_context=None, max_seq_len: int = 128, quan
         model, quantized = quantized_copy(model, quantize, group_size)
     report("load", time.perf_counter() - started)
     started = time.perf_counter()
-    methods = causal_lm.export_methods(model, min(max_seq_len, capacity), capacity)
+    methods = causal_lm.export_methods(model, min(max_seq_len, capacity), capacity, sample_on_device=sample_on_device)
     report("trace", time.perf_counter() - started)
     started = time.perf_counter()
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)

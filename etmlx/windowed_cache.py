@@ -4,6 +4,7 @@ position a call writes, in buckets. See ``etmlx.causal_lm`` for why that is exac
 
 import contextlib
 import inspect
+import sys
 
 import torch
 from transformers import AttentionInterface
@@ -52,6 +53,28 @@ class WindowedCausalLM(torch.nn.Module):
         return outputs.logits[:, -1, :]
 
 
+class SampledCausalLM(WindowedCausalLM):
+    """``sample(tokens, cache_position, temperature, top_k, top_p, min_p, uniform) -> the
+    next token id [1]``: ``WindowedCausalLM``'s logits sampled inside the graph, by the host
+    sampler's rules (``etmlx.generation.Sampler``: temperature, then top-k, top-p, min-p;
+    ``top_k`` 0 is off) and inverse-CDF draw of ``uniform``, a number in [0, 1) the host
+    draws from its seeded generator: device and host sampling follow one random stream.
+    Its buffers carry ``WindowedCausalLM``'s names, so both methods share one cache."""
+
+    def forward(self, tokens, cache_position, temperature, top_k, top_p, min_p, uniform):
+        scaled = super().forward(tokens, cache_position)[0].float() / temperature
+        vocab = scaled.shape[-1]
+        order = torch.sort(-scaled, stable=True).indices  # likeliest first, ties by lower id
+        ranked = scaled[order]
+        keep = torch.arange(vocab) < torch.where(top_k > 0, top_k, vocab)
+        probabilities = torch.softmax(torch.where(keep, ranked, -torch.inf), -1)
+        keep = keep & (torch.cumsum(probabilities, -1) - probabilities < top_p)  # the mass before each token
+        keep = keep & (probabilities >= min_p * probabilities[0])
+        cumulative = torch.cumsum(torch.softmax(torch.where(keep, ranked, -torch.inf), -1), -1)
+        chosen = torch.clamp((cumulative <= uniform * cumulative[-1]).sum(), max=vocab - 1)
+        return torch.index_select(order, 0, chosen.reshape(1))
+
+
 def windowed_sdpa(module, query, key, value, attention_mask, etmlx_window=None, **kwargs):
     """transformers' SDPA attention over the first ``etmlx_window`` slots of the cache."""
     if etmlx_window is None:  # registered only while etmlx.causal_lm traces, which passes the window
@@ -63,7 +86,22 @@ def windowed_sdpa(module, query, key, value, attention_mask, etmlx_window=None, 
     # slice_copy, not a view: a view's contiguity would make torch.export specialize on L.
     key, value = (torch.ops.aten.slice_copy.Tensor(t, 2, 0, etmlx_window) for t in (key, value))
     attention_mask = torch.ops.aten.slice_copy.Tensor(attention_mask, -1, 0, etmlx_window)
+    if kwargs.get("softcap") is not None:
+        return _softcapped(module, query, key, value, attention_mask, **kwargs)
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+def _softcapped(module, query, key, value, attention_mask, **kwargs):
+    """Attention with a logit softcap (Gemma 2), which transformers' SDPA refuses: the
+    model family's own eager attention over the window (scores, tanh cap, mask, softmax,
+    each an op MLX computes), its boolean mask made additive as that function takes it."""
+    eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if eager is None:
+        raise ExportError(f"{type(module).__name__} caps its attention logits (softcap), which SDPA cannot, and its "
+                          "module has no eager_attention_forward to compute them with")
+    if attention_mask.dtype == torch.bool:
+        attention_mask = torch.where(attention_mask, 0.0, torch.finfo(query.dtype).min).to(query.dtype)
+    return eager(module, query, key, value, attention_mask, **kwargs)
 
 
 @contextlib.contextmanager

@@ -107,3 +107,19 @@ def test_bad_input_is_one_clear_error(exported, tmp_path, capsys, args, message)
     names = dict(missing=str(tmp_path / "missing"), out=str(tmp_path), bert=str(tmp_path / "bert"), pte=str(exported[0]))
     assert main([a.format(**names) for a in args]) == 1
     assert message in capsys.readouterr().err
+
+
+def test_a_quantized_export_generates_the_quantized_models_text(exported, tmp_path):
+    """``--quantize int8 --group-size 32``: the text of the same quantization in eager."""
+    from etmlx.quantization import quantized_copy
+
+    path, model, tokenizer = exported
+    checkpoint = str(tmp_path / "checkpoint")
+    model.save_pretrained(checkpoint)
+    tokenizer.save_pretrained(checkpoint)
+    out = tmp_path / "int8.pte"
+    assert main(["export-llm", checkpoint, "-o", str(out), "--max-seq-len", str(CHUNK), "--quantize", "int8",
+                 "--group-size", "32"]) == 0
+    quantized, _ = quantized_copy(model, "int8", 32)
+    text = "".join(generation.generate(generation.Session(etmlx.load(out)), tokenizer, PROMPT, 16))
+    assert text == eager_text(quantized, tokenizer, tokenizer.encode(PROMPT), 16)

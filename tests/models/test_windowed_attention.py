@@ -127,21 +127,18 @@ def test_export_options_are_checked(options, message):
         causal_lm.export_methods(llm.tiny_llama(), **options)
 
 
-@pytest.mark.parametrize("family, reason", [
-    ("Gemma2", "ValueError: `sdpa` attention does not support `softcap`"),
-    ("StableLm", "its attention layers do not pass the keyword arguments"),
-])
-def test_a_family_that_does_not_export_says_why_in_one_line(family, reason):
-    """torch.export's pages of text come down to the exception the model's code raised."""
+def test_a_family_that_does_not_export_says_why_in_one_line():
+    """torch.export's pages of text come down to the exception the model's code raised
+    (StableLM's attention drops the keyword arguments the window travels in)."""
     import transformers
 
     from etmlx import ExportError, causal_lm
 
-    extra = {"head_dim": 16} if family == "Gemma2" else {}
-    config = getattr(transformers, f"{family}Config")(
+    config = transformers.StableLmConfig(
         vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=CAPACITY, **extra)
-    model = llm.with_static_cache(getattr(transformers, f"{family}ForCausalLM")(config), CAPACITY)
-    with pytest.raises(ExportError, match=f"{family}ForCausalLM does not export as a causal LM") as raised:
+        num_key_value_heads=2, max_position_embeddings=CAPACITY)
+    model = llm.with_static_cache(transformers.StableLmForCausalLM(config), CAPACITY)
+    with pytest.raises(ExportError, match="StableLmForCausalLM does not export as a causal LM") as raised:
         causal_lm.export_methods(model, MAX_SEQ_LEN)
-    assert reason in str(raised.value) and "\n" not in str(raised.value)
+    assert "its attention layers do not pass the keyword arguments" in str(raised.value)
+    assert "\n" not in str(raised.value)

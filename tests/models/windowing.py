@@ -28,3 +28,11 @@ def reads_a_window(path, method: str = "forward") -> bool:
     """Every Sdpa reads keys, values and mask through a Slice whose stop is a run-time size."""
     slices = sdpa_operand_slices(path, method)
     return bool(slices) and all(s is not None and s.op.stop.isSlot for s in slices)
+
+
+def window_slices(path, method: str = "forward") -> int:
+    """How many Slice nodes of ``method``'s delegate stop at a run-time size (a window)."""
+    pte = read_pte(path)
+    (plan,) = [p for p in pte.program.plans if p.name == method]
+    graph = deserialize(pte.delegate_data(plan.delegates[0]))
+    return sum(1 for node in graph.nodes if node_type(node) == "Slice" and node.op.stop.isSlot)
