@@ -95,10 +95,10 @@ def with_static_cache(model, max_context_len: int):
 
 
 def _trace_failure(error) -> str:
-    """The reason in torch.export's pages of text: the exception the traced code raised,
-    where dynamo names it, else the first line."""
+    """The reason in torch.export's pages of text: the exception the traced code raised
+    (or a fake-tensor call got), where dynamo names it, else the first line."""
     text = str(error).strip()
-    raised = re.search(r"raised exception (\w+)\((['\"])(.*?)\2\)", text)
+    raised = re.search(r"(?:raised exception|got) (\w+)\((['\"])(.*?)\2\)", text)
     if raised:
         return f"{raised.group(1)}: {raised.group(3)}"
     return text.splitlines()[0] if text else type(error).__name__

@@ -45,11 +45,16 @@ class WindowedCausalLM(torch.nn.Module):
         start = written[:1].reshape(())
         for layer in self.cached.static_cache.layers:
             layer.cumulative_length.copy_(start)
-        last_only = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(self.cached.model.forward).parameters else {}
-        outputs = self.cached.model(
-            input_ids=tokens, attention_mask=None, past_key_values=self.cached.static_cache,
-            use_cache=True, etmlx_window=window, **last_only,
-        )
+        takes_keep = "logits_to_keep" in inspect.signature(self.cached.model.forward).parameters
+        last_only = {"logits_to_keep": 1} if takes_keep else {}
+        _TRACING.window = window  # for windowed_sdpa: not every family passes its call's kwargs on to attention
+        try:
+            outputs = self.cached.model(
+                input_ids=tokens, attention_mask=None, past_key_values=self.cached.static_cache, use_cache=True,
+                **last_only,
+            )
+        finally:
+            _TRACING.window = None
         return outputs.logits[:, -1, :]
 
 
@@ -75,12 +80,20 @@ class SampledCausalLM(WindowedCausalLM):
         return torch.index_select(order, 0, chosen.reshape(1))
 
 
-def windowed_sdpa(module, query, key, value, attention_mask, etmlx_window=None, **kwargs):
-    """transformers' SDPA attention over the first ``etmlx_window`` slots of the cache."""
-    if etmlx_window is None:  # registered only while etmlx.causal_lm traces, which passes the window
-        raise ExportError("its attention layers do not pass the keyword arguments of the model's call on to "
-                          "transformers' attention function, so they cannot read a window of the cache; export it "
-                          "with TorchExportableModuleForDecoderOnlyLM (whole-cache attention) instead")
+class _Tracing:
+    """The window of the ``WindowedCausalLM`` call being traced (a SymInt), else None."""
+
+    window = None
+
+
+_TRACING = _Tracing()
+
+
+def windowed_sdpa(module, query, key, value, attention_mask, **kwargs):
+    """transformers' SDPA attention over the first ``_TRACING.window`` slots of the cache."""
+    etmlx_window = _TRACING.window
+    if etmlx_window is None:  # registered only while etmlx.causal_lm traces a WindowedCausalLM
+        raise ExportError("etmlx's windowed attention runs only inside etmlx.causal_lm.export_methods")
     if attention_mask is None:
         raise ExportError("windowed attention needs the causal mask over the cache, and the model passed none")
     # slice_copy, not a view: a view's contiguity would make torch.export specialize on L.
