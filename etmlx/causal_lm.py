@@ -51,8 +51,8 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
     capacity = module.capacity
     if not isinstance(max_seq_len, int) or not 1 <= max_seq_len <= capacity:
         raise ExportError(f"max_seq_len={max_seq_len!r}: expected 1 to the cache's {capacity} tokens")
-    example = min(2, max_seq_len)
-    inputs = (torch.zeros(1, example, dtype=torch.long), torch.arange(example))
+    length = min(2, max_seq_len)
+    inputs = (torch.zeros(1, length, dtype=torch.long), torch.arange(length))
     seq = Dim("seq", min=1, max=max_seq_len) if max_seq_len > 1 else None
     traced = {"forward": (module, inputs, ({1: seq}, {0: seq}))}
     if sample_on_device:
@@ -63,9 +63,9 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
     with windowed_attention(model), batched_experts(model), torch.no_grad(), warnings.catch_warnings():
         # transformers' output-capturing global trips a dynamo side-effect warning
         warnings.filterwarnings("ignore", message="While compiling, we found certain side effects")
-        for name, (wrapper, example, shapes) in traced.items():
+        for name, (wrapper, arguments, shapes) in traced.items():
             try:
-                programs[name] = torch.export.export(wrapper, example, dynamic_shapes=shapes, strict=True)
+                programs[name] = torch.export.export(wrapper, arguments, dynamic_shapes=shapes, strict=True)
             except ExportError:
                 raise
             except Exception as error:
@@ -132,14 +132,3 @@ def metadata(program) -> dict:
             result = list(program.run_method(name, []))
             values[name] = result if name == "get_eos_ids" else result[0]
     return values
-
-
-def cache_capacity(path) -> int:
-    """The KV-cache capacity (tokens) of a ``.pte`` written from ``export_methods``, read
-    from the file. For a tensor-parallel directory, of its ranks'."""
-    from .inspection import constant_methods
-    from .tensor_parallel import is_tensor_parallel, rank_file
-
-    pte = rank_file(path, 0) if is_tensor_parallel(path) else path
-    (capacity,) = constant_methods(pte)["get_max_context_len"]
-    return capacity

@@ -38,9 +38,10 @@ class WindowedCausalLM(torch.nn.Module):
     def forward(self, tokens, cache_position):
         # Bound-checked by the runtimes: every position written must lie in the cache, and
         # then inside the window (% keeps the window's size in range for the first check
-        # to name a position that is not).
+        # to name a position that is not; twice, as ExecuTorch's C++ scalar mod keeps the
+        # sign of a negative position where Python's does not).
         inside = torch.index_select(torch.arange(self.capacity), 0, cache_position)
-        window = self.window(cache_position[-1].item() % self.capacity)
+        window = self.window((cache_position[-1].item() % self.capacity + self.capacity) % self.capacity)
         written = torch.index_select(torch.arange(self.capacity)[:window], 0, inside)
         start = written[:1].reshape(())
         for layer in self.cached.static_cache.layers:

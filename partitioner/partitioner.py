@@ -37,6 +37,10 @@ class _Support(OperatorSupportBase):
         if source is not None:
             return self.check(source)
         if _produces_int(node) and node.users:
+            if _computed_from_a_host_read(node):
+                # The delegate then takes only the final size, and compiles once per its value,
+                # not once per value read (every decode position).
+                return "size arithmetic over a value read on the host stays on the host"
             # A size (sym_size, size arithmetic) goes wherever every user of it goes.
             reason = check_node(node)
             if reason is None and not all(self.check(user) is None for user in node.users):
@@ -62,12 +66,21 @@ _FEEDS_A_SIZE_READ = {"aten::select_copy.int", "aten::slice_copy.Tensor"}
 
 def _reads_a_size_on_the_host(node) -> bool:
     """A size read on the host (``cache_position[-1].item()`` sizing the attention window of
-    ``causal_lm``), or a size or element computed only for one: not MLX's work declined."""
+    ``causal_lm``), the arithmetic over it, or a size or element computed only for one: not
+    MLX's work declined."""
     name = op_name(node.target)
-    if name in _HOST_SIZE_READS:
+    if name in _HOST_SIZE_READS or _computed_from_a_host_read(node):
         return True
     feeds = _produces_int(node) or name in _FEEDS_A_SIZE_READ
     return feeds and bool(node.users) and all(_reads_a_size_on_the_host(user) for user in node.users)
+
+
+def _computed_from_a_host_read(node) -> bool:
+    """A size computed (through other sizes) from a value ``item()`` read on the host."""
+    if not _produces_int(node):
+        return False
+    sources = [n for n in node.all_input_nodes if n.op == "call_function"]
+    return any(op_name(n.target) in _HOST_SIZE_READS or _computed_from_a_host_read(n) for n in sources)
 
 
 class MlxPartitioner(Partitioner):

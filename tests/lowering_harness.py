@@ -107,3 +107,13 @@ def record_checked(operators) -> None:
 
 def checked_in_this_file() -> set:
     return set(_CHECKED[_test_file()])
+
+
+# What etmlx.causal_lm's programs run outside MLX: the read of the attention window's size
+# from the last cache position (then ExecuTorch's scalar ops round it to a bucket).
+WINDOW_READ = ["aten::select_copy.int_out", "aten::_local_scalar_dense.default"]
+
+
+def tensor_kernels(kernels: list) -> list:
+    """``kernels`` less ExecuTorch's scalar ops (``executorch_prim::``: size arithmetic)."""
+    return [k for k in kernels if not k.startswith("executorch_prim::")]

@@ -3,6 +3,7 @@
 
 import pytest
 import runtimes
+from lowering_harness import WINDOW_READ, tensor_kernels
 import torch
 
 import etmlx
@@ -35,10 +36,23 @@ def test_one_method_whole_on_mlx_with_the_cache_inside(exported):
     methods = inspect_program(path)["methods"]
     assert set(methods) == {"forward", *llm.causal_lm.RUNNER_METHODS}
     (delegate,) = methods["forward"]["delegates"]
-    assert methods["forward"]["kernels"] == ["aten::select_copy.int_out", "aten::_local_scalar_dense.default"]  # the window
+    assert tensor_kernels(methods["forward"]["kernels"]) == WINDOW_READ
     assert len(delegate["buffers"]) >= 4  # key and value cache of both layers
     assert "IndexPut" in delegate["nodes"] and "Sdpa" in delegate["nodes"]
     assert delegate["nodes"].count("Rope") == 2 * 2  # q and k of both layers, fused
+
+
+def test_decode_runs_compiled_on_the_direct_path(exported):
+    """The window's host read runs before the delegate on the arrays themselves (no
+    planned memory), and the delegate, which takes the window as an integer, is compiled
+    once for its value rather than interpreted node by node."""
+    _, path, _ = exported
+    program = etmlx.load(path)
+    assert program._direct["forward"] is not None
+    for position in range(len(PROMPT), len(PROMPT) + 5):
+        decode(program, 7, position)
+    (handle,) = program._methods["forward"]._delegates
+    assert list(handle._compiled) == [(llm.MAX_CACHE,)]  # one bucket: the whole 64-slot cache
 
 
 def test_greedy_tokens_equal_eager(exported):
