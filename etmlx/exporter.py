@@ -88,7 +88,29 @@ def lower_methods(methods: dict):
     for name in methods:
         _keep_initial_values(edge.exported_program(name))
         _rename_inputs_named_like_state(edge.exported_program(name))
-    return edge.to_executorch(), partitioner.report
+    return edge.to_executorch(_backend_config(edge)), partitioner.report
+
+
+# Apple silicon's page. Metal wraps memory aligned to a page as a buffer without a copy,
+# so the native backend can use a mapped file's weights in place there.
+PAGE_ALIGNMENT = 16384
+
+
+def _backend_config(edge):
+    """Segments (weights, payloads) start at page boundaries when the padding costs under
+    1% of the weights; small programs keep ExecuTorch's default, 128 bytes."""
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.lowered_backend_module import get_lowered_submodules
+
+    lowered = [m for name in edge.methods for _, m, _ in get_lowered_submodules(edge.exported_program(name).graph_module)]
+    blobs = {  # by key: the methods' delegates name the weights they share alike
+        key: len(m.named_data_store_output.buffers[entry.buffer_index])
+        for m in lowered
+        for key, entry in m.named_data_store_output.pte_data.items()
+    }
+    segments = len(blobs) + len(lowered)
+    paged = segments * PAGE_ALIGNMENT <= sum(blobs.values()) // 100
+    return ExecutorchBackendConfig(segment_alignment=PAGE_ALIGNMENT if paged else 128)
 
 
 def _is_constant(value) -> bool:
@@ -180,12 +202,21 @@ def export_methods(methods, path, tensor_parallel=None, model=None):
 
 
 def write(program, report, path) -> ExportResult:
-    data = program.buffer
-    with open(path, "wb") as f:
-        f.write(data)
+    """Writes the program beside ``path`` and renames it into place: a program loaded
+    from the old file maps it, and keeps reading it."""
+    path = os.fspath(path)
+    staging = f"{path}.{os.getpid()}.partial"
+    try:
+        with open(staging, "wb") as f:
+            program.write_to_file(f)  # streamed: no second copy of the weights in memory
+            size = f.tell()
+        os.replace(staging, path)
+    finally:
+        if os.path.exists(staging):
+            os.remove(staging)
     if not report.fully_delegated:
         log.warning("%s", report.summary())
-    return ExportResult(path=os.fspath(path), size_bytes=len(data), report=report)
+    return ExportResult(path=path, size_bytes=size, report=report)
 
 
 def export(

@@ -22,7 +22,23 @@ def inspect_program(path_or_bytes) -> dict:
             "delegates": [_delegate(pte, d) for d in plan.delegates],
             "kernels": list(method.kernel_calls),
         }
-    return {"file_size": info.file_size, "methods": methods, "named_data": dict(info.named_data)}
+    report = {"file_size": info.file_size, "methods": methods, "named_data": dict(info.named_data)}
+    report["held_bytes"] = held_bytes(report)
+    return report
+
+
+def held_bytes(report: dict) -> dict:
+    """What a load of the program holds in MLX, ``{"constants": n, "buffers": n}``: each
+    constant once per key, dtype and shape (the runtimes share them between methods),
+    each buffer once per name (its initial value's size: the buffer's)."""
+    sizes, constants, buffers = report["named_data"], {}, {}
+    for method in report["methods"].values():
+        for delegate in method["delegates"]:
+            for tensor in delegate.get("constants", []):
+                constants[(tensor["key"], tensor["dtype"], tuple(tensor["shape"]))] = sizes.get(tensor["key"], 0)
+            for tensor in delegate.get("buffers", []):
+                buffers[tensor["name"]] = sizes.get(tensor["key"], 0)
+    return {"constants": sum(constants.values()), "buffers": sum(buffers.values())}
 
 
 def constant_methods(path_or_bytes) -> dict:
@@ -50,7 +66,7 @@ def _delegate(pte, delegate) -> dict:
     graph = deserialize(pte.delegate_data(delegate))
     entry["nodes"] = [node_type(node) for node in graph.nodes or []]
     entry["constants"] = [_named(c) for c in graph.constants or []]
-    entry["buffers"] = [_named(b.initial) for b in graph.buffers or []]
+    entry["buffers"] = [{"name": b.name, **_named(b.initial)} for b in graph.buffers or []]
     return entry
 
 
@@ -61,7 +77,11 @@ def _named(tensor) -> dict:
 def format_text(report: dict, constants: bool = False) -> str:
     """The report for people: per delegate its nodes, buffers, and its constants as one
     summary line (count and bytes), or one line each with ``constants``."""
-    lines = [f"file size: {report['file_size']} bytes"]
+    held = report["held_bytes"]
+    lines = [
+        f"file size: {report['file_size']} bytes",
+        f"held once loaded: {held['constants']} bytes of constants, {held['buffers']} bytes of buffers",
+    ]
     for name, method in report["methods"].items():
         lines.append(f"method {name}:")
         for label in ("inputs", "outputs"):

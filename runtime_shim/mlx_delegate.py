@@ -215,9 +215,15 @@ def _step(index: int, node):
 
 
 def _named_array(named, named_data) -> mx.array:
-    """An mx array of a NamedTensor's bytes (bfloat16 through their 16-bit pattern)."""
+    """An mx array of a NamedTensor's bytes (bfloat16 through their 16-bit pattern).
+
+    MLX's Python API takes no memory it does not own, so the bytes are copied, and the
+    file's pages of them dropped: a mapped file's weights are then held once, and at
+    most one tensor's twice while loading."""
     data = np.frombuffer(named_data.get(named.key), dtype=NUMPY_STORAGE[named.dtype])
     array = mx.array(data.reshape(list(named.shape or [])))
+    del data
+    named_data.evict(named.key)
     dtype = MX_DTYPES[named.dtype]
     return array.view(dtype) if array.dtype != dtype else array
 

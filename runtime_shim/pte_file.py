@@ -12,6 +12,7 @@ Layout written by ExecuTorch 1.5.1 (``exir/_serialize/_program.py``)::
             each at Program.segments[i].offset from the segment base
 """
 
+import mmap
 import os
 from dataclasses import dataclass
 
@@ -33,15 +34,22 @@ class ExtendedHeader:
     segment_data_size: int  # 0 when the writer did not fill it in
 
 
-def _read_bytes(path_or_bytes) -> bytearray:
-    """The file contents as a writable buffer.
+def _file_contents(path_or_bytes):
+    """The file contents as a writable buffer: a path is mapped, not read.
 
-    Writable because planned tensors and constants are handed to torch kernels as
-    tensors sharing this memory, and torch rejects read-only numpy memory.
+    Mapped copy-on-write (``ACCESS_COPY``): the bytes are read from the file as they
+    are touched, so a backend that copies its weights out holds them once, and pages
+    it is done with can be dropped (``NamedDataLookup.evict``). Writable because
+    planned tensors and constants are handed to torch kernels as tensors sharing this
+    memory, and torch rejects read-only numpy memory; a write stays in this process.
+    As with ExecuTorch's ``MmapDataLoader``, the file must not be truncated while a
+    program loaded from it lives (``etmlx.export`` replaces a file, never rewrites it).
     """
     if isinstance(path_or_bytes, (str, os.PathLike)):
         with open(path_or_bytes, "rb") as f:
-            return bytearray(f.read())
+            if os.fstat(f.fileno()).st_size == 0:
+                return bytearray()  # mmap refuses an empty file; the reader names it truncated
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
     if isinstance(path_or_bytes, bytearray):
         return path_or_bytes
     return bytearray(path_or_bytes)
@@ -78,17 +86,26 @@ class NamedDataLookup:
     def get(self, key: str) -> memoryview:
         """The bytes stored under ``key``; a PteFormatError (the program names data it
         does not hold) if absent."""
+        return memoryview(self._pte.segment(self._index(key)))
+
+    def evict(self, key: str) -> None:
+        """Drops the pages of ``key``'s bytes from this process's memory, for a backend
+        that has copied them: read from the file again if asked for again. Nothing
+        happens when the program was given as bytes."""
+        self._pte.evict_segment(self._index(key))
+
+    def _index(self, key: str) -> int:
         try:
-            index = self._pte.program.named_data[key]
+            return self._pte.program.named_data[key]
         except KeyError:
             raise PteFormatError(f"no named data {key!r} in this program ({len(self.keys())} keys)") from None
-        return memoryview(self._pte.segment(index))
 
 
 class PteFile:
     """A parsed ``.pte``: the decoded program plus access to the bytes it points at."""
 
-    def __init__(self, data: bytearray):
+    def __init__(self, data):
+        """``data``: the file's bytes, a bytearray or an ``mmap``."""
         if len(data) < 8:
             raise PteFormatError(f"truncated file: {len(data)} bytes is too short to be a .pte")
         ident = bytes(data[4:8])
@@ -130,6 +147,18 @@ class PteFile:
                 f"segment {index} (bytes {start}..{start + seg.size}) is out of range of the {len(self.data)}-byte file"
             )
         return np.frombuffer(self.data, np.uint8, seg.size, start)
+
+    def evict_segment(self, index: int) -> None:
+        """Drops the whole pages inside segment ``index`` from memory when the file is
+        mapped. Pages it shares with a neighbour stay: that one may have been written."""
+        if not isinstance(self.data, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        view = self.segment(index)
+        start = self.header.segment_base_offset + self.program.segments[index].offset
+        first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+        end = (start + len(view)) // mmap.PAGESIZE * mmap.PAGESIZE
+        if end > first:
+            self.data.madvise(mmap.MADV_DONTNEED, first, end - first)
 
     def constant(self, data_buffer_idx: int, nbytes: int) -> np.ndarray:
         """The serialized data of constant tensor ``data_buffer_idx`` (``nbytes`` long)."""
@@ -176,4 +205,4 @@ def _sized(view: np.ndarray, nbytes: int, what: str) -> np.ndarray:
 
 def read_pte(path_or_bytes) -> PteFile:
     """Parse a ``.pte`` from a path or its bytes; raises ``PteFormatError`` when malformed."""
-    return PteFile(_read_bytes(path_or_bytes))
+    return PteFile(_file_contents(path_or_bytes))

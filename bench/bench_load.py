@@ -1,0 +1,161 @@
+"""Start-up: loading a language model's ``.pte`` on both runtimes, against reading the file.
+
+Each figure comes from a fresh process (``--child RUNTIME PATH [--first-call]``, which
+prints them as JSON; tests/loading runs it too), its baseline taken after the
+runtime's own imports (``etmlx``; for ``executorch`` also ``etmlx.native``, ExecuTorch's
+runtime and torch, which a process pays once, whatever it loads):
+
+- load: seconds in ``etmlx.load`` (``read``: ``open(path).read()``; ``TextLLMRunner``:
+  ExecuTorch's LLM runner built and
+  one token generated: it loads the program then), and the first call
+  (a decode step, MLX's compile included) apart;
+- peak: growth of the process's peak resident memory during the load (``VmHWM``, reset
+  just before it);
+- after: growth of its resident memory once loaded;
+- both as ratios to what a loaded program must hold, its constants plus buffers
+  (``etmlx inspect``'s ``held_bytes``: the weights and the KV cache).
+
+The file is read once before the runs, so every process finds it in the page cache.
+
+    python bench/bench_load.py                      # Llama, hidden 1024, 8 layers, fp32 and int4
+    python bench/bench_load.py --pte model.pte      # a program of your own (TextLLMRunner
+                                                    # too, for an LLM with a tokenizer.json beside it)
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..")
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+
+RUNTIMES = ("read", "python", "executorch", "TextLLMRunner")
+MIB = 2**20
+
+
+def _status_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        line = next(line for line in f if line.startswith(field + ":"))
+    return int(line.split()[1]) * 1024  # kB
+
+
+def _reset_peak() -> None:
+    """The peak (VmHWM) restarts from the resident size now (Linux 4.0 and later)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _child(runtime: str, path: str, first_call: bool) -> dict:
+    """``runtime`` "TextLLMRunner": ExecuTorch's LLM runner, with the tokenizer.json
+    beside ``path``."""
+    import numpy as np
+
+    import etmlx
+
+    if runtime in ("executorch", "TextLLMRunner"):
+        import torch  # noqa: F401
+        from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
+        from executorch.runtime import Runtime
+
+        import etmlx.native  # noqa: F401
+
+        Runtime.get()
+    _reset_peak()
+    resident = _status_bytes("VmRSS")
+    start = time.perf_counter()
+    if runtime == "read":
+        with open(path, "rb") as f:
+            program = f.read()
+    elif runtime == "TextLLMRunner":  # it loads the program on its first generate
+        config = GenerationConfig()
+        config.max_new_tokens, config.temperature, config.echo = 1, 0.0, False
+        program = TextLLMRunner(path, os.path.join(os.path.dirname(path), "tokenizer.json"))
+        program.generate("a", config, token_callback=lambda _: None, stats_callback=lambda _: None)
+    else:
+        program = etmlx.load(path, runtime=runtime)
+    loaded = time.perf_counter()
+    result = {"load_s": loaded - start, "peak": _status_bytes("VmHWM") - resident, "after": _status_bytes("VmRSS") - resident}
+    if first_call and runtime in ("python", "executorch"):
+        program.forward(np.array([[1]], np.int64), np.array([0], np.int64))
+        result["first_call_s"] = time.perf_counter() - loaded
+    return result
+
+
+def _run_child(runtime: str, path: str, first_call: bool) -> dict:
+    command = [sys.executable, os.path.abspath(__file__), "--child", runtime, path] + ["--first-call"] * first_call
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _export(directory: str, quantize, hidden: int, layers: int, max_cache: int) -> str:
+    import llm
+
+    import etmlx
+
+    model = llm.tiny_llama(hidden=hidden, layers=layers, max_cache=max_cache)
+    if quantize:
+        from etmlx.quantization import quantized_copy
+
+        model, _ = quantized_copy(model, quantize, 64, True)
+    path = os.path.join(directory, f"llama-{quantize or 'fp32'}.pte")
+    etmlx.export_methods(llm.export_methods(model), path)
+    llm.train_tokenizer(model.config.vocab_size).backend_tokenizer.save(os.path.join(directory, "tokenizer.json"))
+    return path
+
+
+def report(path: str, label: str, repeats: int) -> None:
+    from etmlx.inspection import constant_methods, inspect_program
+
+    held = inspect_program(path)["held_bytes"]
+    language_model = "get_max_context_len" in constant_methods(path)  # forward(tokens, cache_position)
+    tokenizer = os.path.exists(os.path.join(os.path.dirname(path), "tokenizer.json"))
+    need = held["constants"] + held["buffers"]
+    with open(path, "rb") as f:
+        while f.read(MIB):  # into the page cache: every run below reads from memory
+            pass
+    print(f"\n{label}: {os.path.getsize(path) / MIB:.0f} MiB file; holds {held['constants'] / MIB:.0f} MiB of "
+          f"constants + {held['buffers'] / MIB:.0f} MiB of buffers (= 1.00x below)")
+    print(f"{'':<12}{'load s':>9}{'vs read':>9}{'peak MiB':>10}{'peak/held':>11}{'after MiB':>11}{'after/held':>12}"
+          f"{'1st call s':>12}")
+    rows = {runtime: min((_run_child(runtime, path, language_model) for _ in range(repeats)), key=lambda r: r["load_s"])
+            for runtime in RUNTIMES if runtime != "TextLLMRunner" or (language_model and tokenizer)}
+    for runtime, row in rows.items():
+        first = f"{row['first_call_s']:>12.3f}" if "first_call_s" in row else f"{'':>12}"
+        print(f"{runtime:<12}{row['load_s']:>9.3f}{row['load_s'] / rows['read']['load_s']:>8.2f}x"
+              f"{row['peak'] / MIB:>10.0f}{row['peak'] / need:>10.2f}x{row['after'] / MIB:>11.0f}"
+              f"{row['after'] / need:>11.2f}x{first}")
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--child"]:
+        print(json.dumps(_child(sys.argv[2], sys.argv[3], first_call="--first-call" in sys.argv)))
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pte", help="a .pte to load instead of the exported Llamas")
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--max-cache", type=int, default=2048)
+    parser.add_argument("--repeats", type=int, default=3, help="processes per runtime; the fastest load is shown")
+    args = parser.parse_args()
+    from etmlx.runtime_shim.blas import preload_openblas
+
+    print(f"MLX CPU; BLAS: {preload_openblas()}")
+    if args.pte:
+        report(args.pte, args.pte, args.repeats)
+        return
+    with tempfile.TemporaryDirectory() as directory:
+        for quantize in (None, "int4"):
+            start = time.perf_counter()
+            path = _export(directory, quantize, args.hidden, args.layers, args.max_cache)
+            label = f"Llama hidden {args.hidden}, {args.layers} layers, cache {args.max_cache}, {quantize or 'fp32'}"
+            report(path, f"{label} (exported in {time.perf_counter() - start:.1f} s)", args.repeats)
+
+
+if __name__ == "__main__":
+    main()
