@@ -1,5 +1,6 @@
 """``etmlx.export``: nn.Module -> torch.export -> MLX partition and lowering -> .pte."""
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
@@ -40,8 +41,6 @@ def _experts_as_batched_matmuls(module):
     """transformers' mixture-of-experts models in the experts form lowering turns into
     ``mx.gather_mm`` (``windowed_cache.batched_experts``) while tracing: their default form
     leaves ``histc``, which is not in ExecuTorch's Core ATen, in the graph."""
-    import contextlib
-
     stack = contextlib.ExitStack()
     models = [m for m in module.modules() if callable(getattr(m, "_can_set_experts_implementation", None))]
     if models:
@@ -63,7 +62,7 @@ def lower_methods(methods: dict):
     here because the partitioner preserves no ATen op from decomposition: the calls it
     keeps whole (attention, roll) are retargeted to etmlx's own ops first.
     """
-    from executorch.exir import to_edge
+    from executorch.exir import EdgeCompileConfig, to_edge
     from torch._export.verifier import SpecViolationError
 
     from etmlx.partitioner import MlxPartitioner
@@ -79,11 +78,13 @@ def lower_methods(methods: dict):
         name: partitioner.transform_for_pre_decomposition(split_calls_as_slices(program))
         for name, program in methods.items()
     }
+    edge = to_edge(retargeted, constant_methods=constants or None, compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    edge = edge.to_backend(partitioner)
     try:
-        edge = to_edge(retargeted, constant_methods=constants or None)
+        for name in methods:
+            _verify_outside_mlx(edge.exported_program(name))
     except SpecViolationError as error:
         raise ExportError(_not_in_edge_dialect(error, partitioner.report)) from None
-    edge = edge.to_backend(partitioner)
     _refuse_declined_custom_ops(partitioner.report)
     for name in methods:
         _keep_initial_values(edge.exported_program(name))
@@ -116,6 +117,42 @@ def _backend_config(edge):
 def _is_constant(value) -> bool:
     scalar = (bool, int, float)
     return isinstance(value, scalar) or (isinstance(value, (list, tuple)) and all(isinstance(v, scalar) for v in value))
+
+
+def _verify_outside_mlx(program) -> None:
+    """ExecuTorch's checks of an edge program (core ATen operators, the dtypes their
+    kernels take) on what is left once MLX took its part, instead of on the whole graph
+    before partitioning, which ``to_edge`` did twice (a fifth of an LLM's export time):
+    the calls MLX took are checked by its own rules."""
+    from executorch.exir import EdgeCompileConfig
+    from executorch.exir.verification.verifier import EXIREdgeDialectVerifier
+    from torch._dispatch.python import enable_python_dispatcher
+    from torch._export.utils import _detect_fake_mode_from_gm
+    from torch._export.verifier import SpecViolationError
+
+    EXIREdgeDialectVerifier(edge_compile_config=EdgeCompileConfig())(program.graph_module)
+    gm = program.graph_module
+    validator = _kernel_dtype_validator()(gm)
+    with enable_python_dispatcher(), _detect_fake_mode_from_gm(gm) or contextlib.nullcontext():
+        validator.run(*(node.meta.get("val") for node in gm.graph.nodes if node.op == "placeholder"))
+    if validator.violating_ops:
+        calls = "; ".join(f"{op} with {dtypes}" for op, (dtypes, _) in validator.violating_ops.items())
+        raise SpecViolationError(f"These operators are taking Tensor inputs with mismatched dtypes: {calls}")
+
+
+def _kernel_dtype_validator():
+    """ExecuTorch's dtype validator, walking past delegate calls: the verifier's own walk
+    stops at the first one, leaving the kernels after it unchecked."""
+    from executorch.exir.verification.arg_validator import EdgeOpArgValidator
+    from torch._ops import HigherOrderOperator
+
+    class Validator(EdgeOpArgValidator):
+        def call_function(self, target, args, kwargs):
+            if isinstance(target, HigherOrderOperator):
+                return self.node.meta["val"]  # the delegate's outputs, as traced
+            return super().call_function(target, args, kwargs)
+
+    return Validator
 
 
 def _not_in_edge_dialect(error, report) -> str:
