@@ -154,7 +154,7 @@ def main() -> None:
             start = time.perf_counter()
             path = _export(directory, quantize, args.hidden, args.layers, args.max_cache)
             label = f"Llama hidden {args.hidden}, {args.layers} layers, cache {args.max_cache}, {quantize or 'fp32'}"
-            report(path, f"{label} (exported in {time.perf_counter() - start:.1f} s)", args.repeats)
+            report(path, f"{label} (built and exported in {time.perf_counter() - start:.1f} s)", args.repeats)
 
 
 if __name__ == "__main__":
