@@ -310,40 +310,43 @@ def _lower_diagonal(ctx, node, args):
     ctx.bind(node, ctx.emit(Take, x=plane, indices=ctx.add_constant(flat), axis=len(others)))
 
 
-def _nearest_scales(args):
-    output_size, scale_factors = args.output_size, args.scale_factors
-    spatial = shape_of(args.input)[2:]
-    if not is_static(spatial):
-        return None
-    if output_size is not None:
-        if not all(isinstance(o, int) and o % s == 0 for o, s in zip(output_size, spatial)):
-            return None
-        return [o // s for o, s in zip(output_size, spatial)]
-    if scale_factors is None or any(float(f) != int(f) or f < 1 for f in scale_factors):
-        return None
-    return [int(f) for f in scale_factors]
+def _nearest_sources(args) -> list:
+    """Per spatial axis, the input row each output row copies, as PyTorch's kernel picks
+    it: the kernel itself is run at export on a map of flat input positions (values below
+    2^53, exact in float64), so every factor — up, down, fractional — indexes as eager."""
+    height, width = shape_of(args.input)[2:]
+    positions = torch.arange(height * width, dtype=torch.float64).reshape(1, 1, height, width)
+    picked = torch.ops.aten.upsample_nearest2d.vec(positions, args.output_size, args.scale_factors)[0, 0].long()
+    return [picked[:, 0] // width, picked[0, :] % width]
 
 
 def _check_nearest(node, args):
-    if _nearest_scales(args) is None:
-        return "nearest upsampling by a non-integer or dynamic factor"
-    return None
+    return None if is_static(shape_of(args.input)[2:]) else "nearest resizing of a dynamic spatial size"
 
 
 @lowers("aten::upsample_nearest2d.vec", check=_check_nearest)
 def _lower_nearest(ctx, node, args):
-    """With an integer factor s, nearest upsampling repeats every element s times per
-    spatial axis: (N, C, H, W) -> (N, C, H, 1, W, 1) -> broadcast (.., s, .., s) -> merge."""
-    x = args.input
-    scales = _nearest_scales(args)
-    batch = [dim_size(ctx, x, 0), dim_size(ctx, x, 1)]
-    spatial = shape_of(x)[2:]
-    split = [int_or_slot(v) for n in spatial for v in (n, 1)]
-    widened = [int_or_slot(v) for n, s in zip(spatial, scales) for v in (n, s)]
-    out = ctx.emit(Reshape, x=ctx.tensor(x), shape=batch + split)
-    out = ctx.emit(BroadcastTo, x=out, shape=batch + widened)
-    merged = [int_or_slot(n * s) for n, s in zip(spatial, scales)]
-    ctx.bind(node, ctx.emit(Reshape, x=out, shape=batch + merged))
+    """Per spatial axis: nothing where it keeps its size, a broadcast where every row is
+    repeated s times ((.., n, ..) -> (.., n, 1, ..) -> (.., n, s, ..) -> merged), else a
+    gather of the rows PyTorch picks."""
+    out = ctx.tensor(args.input)
+    leading = [dim_size(ctx, args.input, 0), dim_size(ctx, args.input, 1)]
+    spatial = list(shape_of(args.input)[2:])
+    for axis, sources in enumerate(_nearest_sources(args)):
+        size, picked = spatial[axis], len(sources)
+        if picked == size and torch.equal(sources, torch.arange(size)):
+            continue
+        if picked % size == 0 and torch.equal(sources, torch.arange(picked) // (picked // size)):
+            split = spatial[:axis] + [size, 1] + spatial[axis + 1 :]
+            out = ctx.emit(Reshape, x=out, shape=leading + [int_or_slot(v) for v in split])
+            split[axis + 1] = picked // size
+            out = ctx.emit(BroadcastTo, x=out, shape=leading + [int_or_slot(v) for v in split])
+            spatial[axis] = picked
+            out = ctx.emit(Reshape, x=out, shape=leading + [int_or_slot(v) for v in spatial])
+        else:
+            out = ctx.emit(Take, x=out, indices=ctx.add_constant(sources.to(torch.int32)), axis=axis + 2)
+            spatial[axis] = picked
+    ctx.bind(node, out)
 
 
 def _check_bilinear(node, args):

@@ -224,11 +224,33 @@ def test_bilinear_upsampling(dtype, align_corners):
     delegated(fn, (x,), nodes=["Take"])
 
 
-def test_fractional_upsampling_is_declined_but_correct():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_nearest_resizing_by_any_factor_indexes_as_pytorch(dtype):
+    """Fractional factors up and down, sizes and scale factors (PyTorch computes those
+    differently), DETR's mask resize 64 -> 2: gathers of the rows PyTorch's kernel picks."""
+    x = (torch.randn(2, 3, 7, 64) * 8).to(dtype)
+    nearest = aten.upsample_nearest2d.vec
+
+    def fn(x):
+        return (
+            nearest(x, None, [1.5, 0.3]),
+            nearest(x, [10, 2], None),
+            nearest(x, [3, 64], None),
+            nearest(x, None, [2.0, 1.0 / 3.0]),
+            nearest(x, [21, 5], None),  # 3x up on one axis, 64 -> 5 on the other
+        )
+
+    lowered = delegated(fn, (x,), nodes=["Take", "BroadcastTo"])
+    assert lowered.kernels == []
+
+
+def test_nearest_resizing_of_a_dynamic_size_is_declined_but_correct():
     import torch.nn.functional as F
 
-    x = torch.randn(1, 2, 4, 4)
-    declined(lambda x: F.interpolate(x, scale_factor=1.5, mode="nearest"), (x,), "aten::upsample_nearest2d.vec")
+    x = torch.randn(1, 2, 4, 6)
+    dynamic = ({3: torch.export.Dim("w", min=2, max=16)},)
+    declined(lambda x: F.interpolate(x, size=(5, 3), mode="nearest"), (x,), "aten::upsample_nearest2d.vec",
+             dynamic_shapes=dynamic)
 
 
 def test_negative_padding_crops():
