@@ -3,6 +3,8 @@
 Sizes may be SymInts (dynamic dims): they reach the IR as int slots, read at run time.
 """
 
+import math
+
 import torch
 
 from etmlx.serializer.generated.etmlx_ir import (
@@ -388,3 +390,55 @@ def _lower_bilinear(ctx, node, args):
         step = ctx.emit(Binary, op=BinaryOp.Mul, a=delta, b=ctx.add_constant(w1.reshape(weight_shape)))
         out = ctx.emit(Binary, op=BinaryOp.Add, a=low, b=step)
     ctx.bind(node, out if dtype == torch.float32 else ctx.emit(AsType, x=out, dtype=ir_dtype(dtype)))
+
+
+def _strided_view(args):
+    """``as_strided(x, size, stride, offset)`` over a contiguous ``x`` as MLX views: its
+    dims of stride 0 broadcast, dims of size 1 ignored, and the others, by stride, a
+    contiguous block of ``x``'s elements starting at ``offset``; ``(block sizes in stride
+    order, their permutation into the output, offset)``, or the reason it is not one."""
+    x, size, stride = args.self, list(args.size), list(args.stride)
+    offset = args.storage_offset or 0
+    if not is_static(shape_of(x)) or not is_static(size + stride + [offset]):
+        return "as_strided of a dynamic shape"
+    if not x.meta["val"].is_contiguous():
+        return "as_strided over a tensor not stored contiguously"
+    kept = sorted((-s, axis) for axis, (n, s) in enumerate(zip(size, stride)) if n > 1 and s != 0)
+    block = [size[axis] for _, axis in kept]
+    expected = 1
+    for negative, axis in reversed(kept):
+        if -negative != expected:
+            return f"as_strided with strides {stride} for sizes {size}: not a permutation of a contiguous block"
+        expected *= size[axis]
+    if 0 in size:
+        return "as_strided to an empty tensor"
+    if offset < 0 or offset + expected > math.prod(shape_of(x)):
+        return f"as_strided reaching past the {math.prod(shape_of(x))} elements of its input"
+    return block, [axis for _, axis in kept], offset
+
+
+def _check_as_strided(node, args):
+    view = _strided_view(args)
+    return view if isinstance(view, str) else None
+
+
+@lowers("aten::as_strided_copy", check=_check_as_strided)
+def _lower_as_strided(ctx, node, args):
+    """The block sliced from ``x`` flattened, shaped in stride order, permuted into the
+    output's order, and broadcast along the stride-0 dims (a ConvNeXt's pooled
+    ``[N, C, 1, 1]`` restrided channels-last is a reshape)."""
+    block, axes, offset = _strided_view(args)
+    size, total = list(args.size), math.prod(shape_of(args.self))
+    out = ctx.emit(Reshape, x=ctx.tensor(args.self), shape=[int_or_slot(total)])
+    if offset or math.prod(block) != total:
+        out = ctx.emit(Slice, x=out, axis=0, start=int_or_slot(offset), stop=int_or_slot(offset + math.prod(block)), step=1)
+    out = ctx.emit(Reshape, x=out, shape=[int_or_slot(n) for n in block])
+    order = sorted(range(len(axes)), key=lambda i: axes[i])
+    if order != list(range(len(axes))):
+        out = ctx.emit(Transpose, x=out, perm=order)
+    kept = set(axes)
+    ones = [n if axis in kept else 1 for axis, n in enumerate(size)]
+    out = ctx.emit(Reshape, x=out, shape=[int_or_slot(n) for n in ones])
+    if ones != size:
+        out = ctx.emit(BroadcastTo, x=out, shape=[int_or_slot(n) for n in size])
+    ctx.bind(node, out)

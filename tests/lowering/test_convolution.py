@@ -26,6 +26,31 @@ def test_conv(index, dtype):
     assert ("Add" in lowered.nodes) == (conv.bias is not None)
 
 
+DEPTHWISE = [
+    # (channels, multiplier, kernel, stride, padding, dilation, input spatial size): MLX's CPU
+    # runs these as shifted products (runtime_shim/mlx_ops/convolution.py, both runtimes)
+    (8, 1, 3, 1, 1, 1, (9, 10)),
+    (6, 1, 7, 1, 3, 1, (14, 14)),  # ConvNeXt's
+    (4, 1, 3, 2, 1, 1, (9, 8)),  # MobileNet's strided
+    (5, 1, (3, 5), (2, 1), (0, 2), (2, 1), (11, 9)),
+    (3, 2, 3, 1, 1, 1, (6, 7)),  # a channel multiplier: 2 outputs per input channel
+    (4, 3, (1, 3), (1, 2), (0, 1), (1, 2), (5, 9)),
+    (6, 1, 5, 1, 2, 1, (12,)),  # 1d
+    (2, 2, 3, 2, 1, 1, (4, 5, 6)),  # 3d
+]
+
+
+@pytest.mark.parametrize("index", range(len(DEPTHWISE)))
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_depthwise_conv(index, dtype):
+    channels, multiplier, kernel, stride, padding, dilation, spatial = DEPTHWISE[index]
+    conv = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)[len(spatial) - 1](
+        channels, channels * multiplier, kernel, stride=stride, padding=padding, dilation=dilation, groups=channels,
+        bias=index % 2 == 0,
+    )
+    delegated(conv.to(dtype), (torch.randn(2, channels, *spatial, dtype=dtype),), nodes=["Conv"])
+
+
 def test_conv_with_a_weight_computed_at_run_time():
     delegated(lambda x, w: F.conv2d(x, w, padding=1), (torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)), nodes=["Conv"])
 

@@ -308,6 +308,29 @@ def test_diagonal_with_a_dynamic_batch():
     delegated(lambda x: torch.diagonal(x, 1, 1, 2) * 2, (x,), dynamic_shapes=({0: Dim("batch", min=1, max=8)},))
 
 
+def test_as_strided_views_are_reshapes_permutations_and_broadcasts():
+    """What ConvNeXt and Swin leave after pooling a channels-last view, and views of the
+    same kinds: dims of size 1 restrided, permuted blocks, an offset, broadcast dims."""
+    x = torch.randn(2, 3, 4, 5)
+
+    def fn(x):
+        pooled = x.mean(dim=(-1, -2), keepdim=True)
+        return (
+            aten.as_strided_copy(pooled, [2, 3, 1, 1], [3, 1, 3, 3]),  # ConvNeXt's
+            aten.as_strided_copy(x, [5, 4, 3, 2], [1, 5, 20, 60]),  # a permutation
+            aten.as_strided_copy(x, [2, 7], [7, 1], 11),  # a block at an offset
+            aten.as_strided_copy(x, [3, 4, 5], [0, 5, 1], 60),  # broadcast along the first dim
+        )
+
+    lowered = delegated(fn, (x,), nodes=["Reshape", "Transpose", "Slice", "BroadcastTo"])
+    assert lowered.kernels == []
+
+
+def test_as_strided_overlapping_windows_are_declined_but_correct():
+    x = torch.randn(10)
+    declined(lambda x: aten.as_strided_copy(x, [4, 3], [2, 1]), (x,), "aten::as_strided_copy")
+    declined(lambda x: aten.as_strided_copy(x, [3], [3]), (x,), "aten::as_strided_copy")
+
+
 def test_every_shape_rule_is_tested(whole_file):
     assert untested_rules("shape") == set()
-
