@@ -75,6 +75,7 @@ bench: $(VENV)/.bench-installed native
 	$(PY) bench/bench_tensor_parallel.py
 	$(PY) bench/bench_llm.py --hidden 1024 --layers 8 --new-tokens 64 --max-cache 2048 --quantize int4 --group-size 64
 	$(PY) bench/bench_load.py
+	$(PY) bench/bench_vision.py
 	$(PY) bench/bench_moe.py
 	$(PY) bench/bench_moe.py --quantize int4 --group-size 64
 
