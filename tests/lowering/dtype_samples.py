@@ -109,6 +109,7 @@ def _shape():
         "aten::copy": lambda x, y, d: aten.copy(x, y),
         "aten::detach_copy": lambda x, y, d: aten.detach_copy(x),
         "aten::diagonal_copy": lambda x, y, d: aten.diagonal_copy(x, 1, 2, 3),
+        "aten::as_strided_copy": lambda x, y, d: aten.as_strided_copy(x, [4, 3, 1], [1, 4, 7], 2),
         "aten::expand_copy": lambda x, y, d: aten.expand_copy(x[:, :1], [2, 3, 4, 5]),
         "aten::permute_copy": lambda x, y, d: aten.permute_copy(x, [3, 1, 0, 2]),
         "aten::repeat": lambda x, y, d: aten.repeat(x, [1, 2, 1, 2]),

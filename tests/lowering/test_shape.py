@@ -244,6 +244,24 @@ def test_nearest_resizing_by_any_factor_indexes_as_pytorch(dtype):
     assert lowered.kernels == []
 
 
+def test_nearest_exact_and_one_dimensional_resizing_stay_on_mlx():
+    """Modes and ranks ExecuTorch decomposes into index arithmetic, which MLX computes as
+    PyTorch does."""
+    import torch.nn.functional as F
+
+    x = torch.randn(2, 3, 7, 9)
+
+    def fn(x):
+        return (
+            F.interpolate(x, scale_factor=1.5, mode="nearest-exact"),
+            F.interpolate(x, size=(3, 20), mode="nearest-exact"),
+            F.interpolate(x[:, :, 0], size=13, mode="nearest"),
+            F.interpolate(x[:, :, 0], size=4, mode="nearest-exact"),
+        )
+
+    assert delegated(fn, (x,)).kernels == []
+
+
 def test_nearest_resizing_of_a_dynamic_size_is_declined_but_correct():
     import torch.nn.functional as F
 
