@@ -33,7 +33,7 @@ from etmlx.runtime_shim.blas import preload_openblas  # noqa: E402
 
 import llm  # noqa: E402
 from etmlx.inspection import inspect_program  # noqa: E402
-from etmlx.quantization import quantized_copy  # noqa: E402
+from etmlx.quantization import SCHEMES, quantized_copy  # noqa: E402
 
 
 def mlx_lm_llama(model, quantize=None, group_size=64):
@@ -195,7 +195,7 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=16)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--max-cache", type=int, help="KV cache capacity (default: prompt + new tokens + 8)")
-    parser.add_argument("--quantize", choices=("int4", "int8"))
+    parser.add_argument("--quantize", choices=SCHEMES)
     parser.add_argument("--group-size", type=int, default=64)
     args = parser.parse_args()
     max_cache = args.max_cache or args.prompt + args.new_tokens + 8

@@ -29,7 +29,7 @@ import mlx.core as mx  # noqa: E402
 import llm  # noqa: E402
 from bench_llm import eager_runner, etmlx_runner, mlx_lm_runner, time_generation  # noqa: E402
 from etmlx.lowering import fusions  # noqa: E402
-from etmlx.quantization import quantized_copy  # noqa: E402
+from etmlx.quantization import SCHEMES, quantized_copy  # noqa: E402
 from etmlx.runtime_shim.blas import preload_openblas  # noqa: E402
 
 
@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--experts", type=int, default=8)
     parser.add_argument("--prompt", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--quantize", choices=("int4", "int8"))
+    parser.add_argument("--quantize", choices=SCHEMES)
     parser.add_argument("--group-size", type=int, default=64)
     args = parser.parse_args()
     capacity = args.prompt + args.new_tokens + 8

@@ -1,4 +1,4 @@
-"""``quantize="int4" | "int8"`` of ``etmlx.export``: torchao's weight-only quantization,
+"""``quantize="int2"`` ... ``"int8"`` of ``etmlx.export``: torchao's weight-only quantization,
 applied for the user before export, in the form etmlx lowers to MLX's quantized
 kernels (``lowering/rules/quantized.py``)."""
 
@@ -8,7 +8,7 @@ import types
 
 from .errors import ExportError
 
-SCHEMES = ("int4", "int8")
+SCHEMES = ("int2", "int3", "int4", "int5", "int6", "int8")  # the widths MLX's kernels take
 
 
 def quantized_copy(module, scheme: str, group_size=64, embeddings: bool = True):
@@ -22,7 +22,7 @@ def quantized_copy(module, scheme: str, group_size=64, embeddings: bool = True):
     from torchao.quantization.granularity import PerAxis, PerGroup
 
     if scheme not in SCHEMES:
-        raise ExportError(f"quantize={scheme!r}: etmlx quantizes to {' or '.join(SCHEMES)}")
+        raise ExportError(f"quantize={scheme!r}: etmlx quantizes to {', '.join(SCHEMES)}")
     if group_size is not None and (not isinstance(group_size, int) or group_size <= 0 or group_size % 32):
         raise ExportError(f"group_size={group_size!r}: MLX takes multiples of 32 (32, 64, 128, ...)")
     kinds = (torch.nn.Linear, torch.nn.Embedding) if embeddings else (torch.nn.Linear,)

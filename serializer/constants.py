@@ -7,6 +7,7 @@ Format versions: 1, the first format. 2: CheckIndex (bounds-checked run-time ind
 Atan2, and Sort. 4: Rope (rotary embeddings fused into mx.fast.rope), IndexPut's
 ``reduce``. 5: ArgSort (sort and topk indices), GatherMm and GatherQmm
 (mixture-of-experts matmuls). 6: AllSum (tensor parallelism across processes).
+7: quantized weights of 3, 5 and 6 bits.
 """
 
 # The id ExecuTorch files payloads of this format under: the AOT backend's class name
@@ -14,11 +15,14 @@ Atan2, and Sort. 4: Rope (rotary embeddings fused into mx.fast.rope), IndexPut's
 BACKEND_ID = "EtMlxBackend"
 PAYLOAD_MAGIC = b"EMLX"
 # The payload format this etmlx writes; both readers refuse a newer one by name.
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 # Slot counts past this are refused before a runtime allocates per-slot storage.
 MAX_SLOTS = 1 << 24
 # ETMLX_MAX_ARRAY_BYTES's default: the largest array one MLX node may make.
 DEFAULT_MAX_ARRAY_BYTES = 16 << 30
+# The widths and group sizes of quantized weights both runtimes take: what mx.quantize packs.
+QUANTIZED_BITS = (2, 3, 4, 5, 6, 8)
+QUANTIZED_GROUP_SIZES = (32, 64, 128)
 # What the native backend's last error was, by value (its C interface; etmlx.native
 # raises the matching Python error).
 ERROR_KINDS = ("None", "Format", "Version", "Input", "IndexRange", "Memory", "Other")

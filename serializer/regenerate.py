@@ -150,12 +150,16 @@ def generate_cpp_constants(out_dir: pathlib.Path) -> None:
     kinds = ", ".join(f"{name} = {value}" for value, name in enumerate(c.ERROR_KINDS))
     lines = [CPP_HEADER.rstrip().replace("schema.fbs", "constants.py"),
              "// What the exporter and both runtimes agree on (see serializer/constants.py).", "#pragma once", "",
-             "#include <cstdint>", "", "namespace etmlx::native {", "",
+             "#include <array>", "#include <cstdint>", "", "namespace etmlx::native {", "",
              f'inline constexpr const char* kBackendId = "{c.BACKEND_ID}";',
              f"inline constexpr char kPayloadMagic[{len(c.PAYLOAD_MAGIC)}] = {{{magic}}};",
              f"inline constexpr uint32_t kFormatVersion = {c.FORMAT_VERSION};",
              f"inline constexpr uint32_t kMaxSlots = {c.MAX_SLOTS};",
              f"inline constexpr uint64_t kDefaultMaxArrayBytes = {c.DEFAULT_MAX_ARRAY_BYTES};",
+             f"inline constexpr std::array<int, {len(c.QUANTIZED_BITS)}> kQuantizedBits = "
+             f"{{{', '.join(map(str, c.QUANTIZED_BITS))}}};",
+             f"inline constexpr std::array<int, {len(c.QUANTIZED_GROUP_SIZES)}> kQuantizedGroupSizes = "
+             f"{{{', '.join(map(str, c.QUANTIZED_GROUP_SIZES))}}};",
              "", "// The last error's kind, through the C interface (c_api.cpp).",
              f"enum class ErrorKind : int {{ {kinds} }};", "", "}  // namespace etmlx::native"]
     out_dir.mkdir(parents=True, exist_ok=True)

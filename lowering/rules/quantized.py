@@ -7,9 +7,9 @@ partitioner retargets ``linear``/``embedding`` of such a weight to
 ``etmlx::quantized_linear``/``etmlx::quantized_embedding`` (``check_quantized_weight``
 decides, before decomposition); here the weight is repacked once, at export, into MLX's
 affine layout, ``w = s * Q + B`` with ``Q = q + 2^(bits-1)`` unsigned, packed into uint32
-(low bits first), and ``B = -s * (z + 2^(bits-1))``.
+(a little-endian bit stream), and ``B = -s * (z + 2^(bits-1))``.
 
-A weight MLX cannot take as it is (3 bits, a group of 16, a float zero point) is
+A weight MLX cannot take as it is (7 bits, a group of 16, a float zero point) is
 declined: its ``dequantize_affine`` is evaluated at export (``_lower_dequantize``) and
 the layer runs on the float weight, computing what torchao computes.
 """
@@ -18,6 +18,7 @@ from typing import Optional
 
 import torch
 
+from etmlx.serializer.constants import QUANTIZED_BITS, QUANTIZED_GROUP_SIZES
 from etmlx.serializer.generated.etmlx_ir import Binary, Dequantize, QuantizedMatmul, Take
 from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
 
@@ -27,8 +28,8 @@ from ..registry import is_frozen_placeholder, lowers
 from .common import dtype_of, example_of
 from .indexing import checked_index
 
-BITS = (2, 4, 8)
-MLX_GROUP_SIZES = (128, 64, 32)  # a larger group is these groups sharing one scale
+BITS = QUANTIZED_BITS
+MLX_GROUP_SIZES = tuple(sorted(QUANTIZED_GROUP_SIZES, reverse=True))  # a larger group is these sharing one scale
 
 
 def bits_of(quant_min, quant_max) -> Optional[int]:
@@ -74,11 +75,7 @@ def mlx_layout(qdata, scale, zero_point, group_size: int, bits: int, dtype):
     *rows, columns = qdata.shape
     mlx_group = _mlx_group_size(group_size)
     offset = 2 ** (bits - 1)
-    unsigned = qdata.to(torch.int64) + offset
-    per_word = 32 // bits
-    shifts = torch.arange(per_word, dtype=torch.int64) * bits
-    words = (unsigned.reshape(*rows, columns // per_word, per_word) << shifts).sum(-1)
-    packed = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32).view(torch.uint32)
+    packed = _bitstream(qdata.to(torch.int64) + offset, bits)
     zero = torch.zeros_like(scale, dtype=torch.float64) if zero_point is None else zero_point.to(torch.float64)
     biases = -scale.to(torch.float64) * (zero + offset)
     repeat = group_size // mlx_group
@@ -87,6 +84,21 @@ def mlx_layout(qdata, scale, zero_point, group_size: int, bits: int, dtype):
         scale.repeat_interleave(repeat, dim=-1).to(dtype).contiguous(),
         biases.repeat_interleave(repeat, dim=-1).to(dtype).contiguous(),
     )
+
+
+def _bitstream(unsigned, bits: int):
+    """Each row's values as MLX packs them, a little-endian stream of ``bits`` bits a
+    value in uint32 words (value i at bits ``i * bits``; at 3, 5 and 6 bits some straddle
+    two words)."""
+    *rows, columns = unsigned.shape
+    start = torch.arange(columns, dtype=torch.int64) * bits
+    word, shift = start // 32, start % 32
+    shifted = unsigned << shift
+    words = torch.zeros(*rows, columns * bits // 32 + 1, dtype=torch.int64)
+    words.index_add_(-1, word, shifted & 0xFFFFFFFF)
+    words.index_add_(-1, word + 1, shifted >> 32)  # the straddling high bits; zero elsewhere
+    words = words[..., :-1]
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32).view(torch.uint32)
 
 
 def check_fixed_at_export(parts, is_fixed=is_frozen_placeholder) -> Optional[str]:

@@ -4,10 +4,10 @@ weights, scales and biases agree in shape and dtype; the parameters are checked 
 
 import mlx.core as mx
 
-from .matmul import clamped_expert_indices
+from etmlx.serializer.constants import QUANTIZED_BITS as BITS
+from etmlx.serializer.constants import QUANTIZED_GROUP_SIZES as GROUP_SIZES
 
-BITS = (2, 4, 8)
-GROUP_SIZES = (32, 64, 128)
+from .matmul import clamped_expert_indices
 
 
 def _parameters(op) -> dict:

@@ -49,6 +49,12 @@ CONFIGS = {
     "int8-g64": IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerGroup(64)),
     "int8-per-channel": IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0)),
     "int2-g32": IntxWeightOnlyConfig(weight_dtype=torch.int2, granularity=PerGroup(32)),
+    # 3, 5 and 6 bits: some values straddle two of MLX's uint32 words
+    "int3-g32": IntxWeightOnlyConfig(weight_dtype=torch.int3, granularity=PerGroup(32)),
+    "int5-g64": IntxWeightOnlyConfig(weight_dtype=torch.int5, granularity=PerGroup(64)),
+    "int6-g128-asym": IntxWeightOnlyConfig(
+        weight_dtype=torch.int6, granularity=PerGroup(128), mapping_type=MappingType.ASYMMETRIC
+    ),
 }
 
 
@@ -96,10 +102,10 @@ def test_an_out_of_range_id_into_a_quantized_table_raises():
 @pytest.mark.parametrize(
     "config,reason",
     [
-        (IntxWeightOnlyConfig(weight_dtype=torch.int3, granularity=PerGroup(32)), "3-bit weights"),
+        (IntxWeightOnlyConfig(weight_dtype=torch.int7, granularity=PerGroup(32)), "7-bit weights"),
         (IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(16)), "groups of 16"),
     ],
-    ids=["int3", "group-16"],
+    ids=["int7", "group-16"],
 )
 def test_what_mlx_cannot_compute_is_dequantized_at_export_and_still_exact(config, reason):
     model = _quantized(config, embeddings=False)
@@ -132,7 +138,7 @@ def test_export_quantizes_a_copy_for_the_user(tmp_path):
     assert delegate["nodes"].count("QuantizedMatmul") == 2 and "Dequantize" in delegate["nodes"]
 
 
-@pytest.mark.parametrize("scheme,group_size,error", [("int3", 64, "quantize='int3'"), ("int4", 48, "group_size=48")])
+@pytest.mark.parametrize("scheme,group_size,error", [("int7", 64, "quantize='int7'"), ("int4", 48, "group_size=48")])
 def test_export_names_a_quantization_it_does_not_offer(tmp_path, scheme, group_size, error):
     with pytest.raises(ExportError, match=error):
         etmlx.export(Layers(), (torch.tensor([[1]]),), tmp_path / "x.pte", quantize=scheme, group_size=group_size)

@@ -1,11 +1,13 @@
 // Weight-only quantized kernels: QuantizedMatmul (a linear layer's weight), Dequantize
 // (rows gathered from a quantized embedding) and GatherQmm (quantized experts). MLX checks that the packed
 // weights, scales and biases agree in shape and dtype; the parameters are checked here.
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
 #include <mlx/ops.h>
 
+#include "constants.h"
 #include "experts.h"
 #include "registry.h"
 
@@ -22,12 +24,18 @@ template <class Table>
 Quantization quantization(const Table& op) {
   const int bits = op.bits();
   const int group_size = op.group_size();
-  const bool known_bits = bits == 2 || bits == 4 || bits == 8;
-  const bool known_group = group_size == 32 || group_size == 64 || group_size == 128;
-  if (!known_bits || !known_group) {
+  if (std::ranges::find(kQuantizedBits, bits) == kQuantizedBits.end() ||
+      std::ranges::find(kQuantizedGroupSizes, group_size) == kQuantizedGroupSizes.end()) {
+    const auto list = [](const auto& values) {
+      std::string text;
+      for (int v : values) {
+        text += (text.empty() ? "" : ", ") + std::to_string(v);
+      }
+      return text;
+    };
     throw std::invalid_argument("quantized weights of " + std::to_string(bits) + " bits in groups of " +
-                                std::to_string(group_size) +
-                                " (etmlx writes bits 2, 4, 8 and groups of 32, 64, 128)");
+                                std::to_string(group_size) + " (etmlx writes bits " + list(kQuantizedBits) +
+                                " and groups of " + list(kQuantizedGroupSizes) + ")");
   }
   return {group_size, bits};
 }
