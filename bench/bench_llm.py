@@ -33,7 +33,7 @@ from etmlx.runtime_shim.blas import preload_openblas  # noqa: E402
 
 import llm  # noqa: E402
 from etmlx.inspection import inspect_program  # noqa: E402
-from etmlx.quantization import SCHEMES, quantized_copy  # noqa: E402
+from etmlx.quantization import CHOICES, MIXED, quantized_copy  # noqa: E402
 
 
 def mlx_lm_llama(model, quantize=None, group_size=64):
@@ -52,7 +52,13 @@ def mlx_lm_llama(model, quantize=None, group_size=64):
     )
     reference = llama.Model(args)
     reference.load_weights([(k, mx.array(v.detach().numpy())) for k, v in model.state_dict().items()])
-    if quantize:
+    if quantize in MIXED:  # mlx-lm's own recipe of that name
+        from mlx_lm.convert import mixed_quant_predicate_builder
+
+        recipe = mixed_quant_predicate_builder(quantize, reference, group_size)
+        nn.quantize(reference, group_size=group_size,
+                    class_predicate=lambda path, m: hasattr(m, "to_quantized") and recipe(path, m))
+    elif quantize:
         nn.quantize(reference, group_size=group_size, bits=int(quantize[3:]))
     mx.eval(reference.parameters())
     return reference
@@ -195,7 +201,7 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=16)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--max-cache", type=int, help="KV cache capacity (default: prompt + new tokens + 8)")
-    parser.add_argument("--quantize", choices=SCHEMES)
+    parser.add_argument("--quantize", choices=CHOICES)
     parser.add_argument("--group-size", type=int, default=64)
     args = parser.parse_args()
     max_cache = args.max_cache or args.prompt + args.new_tokens + 8

@@ -9,7 +9,7 @@ import os
 import sys
 
 from .errors import EtMlxError
-from .quantization import SCHEMES
+from .quantization import CHOICES
 
 
 def main(argv=None) -> int:
@@ -20,7 +20,7 @@ def main(argv=None) -> int:
     export.add_argument("factory", help="FILE.py:FACTORY; FACTORY() returns (module, example_inputs[, dynamic_shapes])")
     export.add_argument("-o", "--output", required=True, help="the .pte to write")
     export.add_argument("--report", action="store_true", help="print, per operator, what MLX took and why not")
-    export.add_argument("--quantize", choices=SCHEMES, help="quantize the weights of linear layers and "
+    export.add_argument("--quantize", choices=CHOICES, help="quantize the weights of linear layers and "
                         "embeddings (torchao weight-only) to run on MLX's quantized kernels")
     export.add_argument("--group-size", type=_group_size, default=64,
                         help="values per quantization group, a multiple of 32, or 'channel' for one per row (default 64)")

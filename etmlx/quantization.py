@@ -15,32 +15,72 @@ def quantized_copy(module, scheme: str, group_size=64, embeddings: bool = True):
     """A copy of ``module`` (the caller's stays float) with the weights of its linear
     layers, of its embeddings unless ``embeddings`` is False, and of transformers' expert
     stacks, quantized to ``scheme`` per group of ``group_size`` values of each row;
-    ``group_size=None`` means one group per row (per channel). Returns (the copy, the
-    names of the quantized layers and expert stacks)."""
+    ``group_size=None`` means one group per row (per channel). A ``mixed_*`` scheme gives
+    each layer one of two widths (``_mixed_width``). Returns (the copy, the names of the
+    quantized layers and expert stacks)."""
     import torch
     from torchao.quantization import IntxWeightOnlyConfig, quantize_
     from torchao.quantization.granularity import PerAxis, PerGroup
 
-    if scheme not in SCHEMES:
-        raise ExportError(f"quantize={scheme!r}: etmlx quantizes to {', '.join(SCHEMES)}")
+    if scheme not in CHOICES:
+        raise ExportError(f"quantize={scheme!r}: etmlx quantizes to {', '.join(CHOICES)}")
     if group_size is not None and (not isinstance(group_size, int) or group_size <= 0 or group_size % 32):
         raise ExportError(f"group_size={group_size!r}: MLX takes multiples of 32 (32, 64, 128, ...)")
     kinds = (torch.nn.Linear, torch.nn.Embedding) if embeddings else (torch.nn.Linear,)
     quantized = copy.deepcopy(module)
+    width = _mixed_width(quantized, *MIXED[scheme]) if scheme in MIXED else lambda name, layer: scheme
     names = []
     for name, layer in list(quantized.named_modules()):
         if _is_experts(layer):
-            names += [f"{name}.{stack}".lstrip(".") for stack in _quantize_expert_stacks(layer, scheme, group_size)]
+            stacks = _quantize_expert_stacks(layer, lambda stack: width(f"{name}.{stack}", None), group_size)
+            names += [f"{name}.{stack}".lstrip(".") for stack in stacks]
         if not isinstance(layer, kinds):
             continue
         columns = layer.weight.shape[1]
         if group_size is not None and columns % group_size:
             continue  # rows that do not divide into groups stay float
         granularity = PerAxis(0) if group_size is None else PerGroup(group_size)
-        config = IntxWeightOnlyConfig(weight_dtype=getattr(torch, scheme), granularity=granularity)
+        config = IntxWeightOnlyConfig(weight_dtype=getattr(torch, width(name, layer)), granularity=granularity)
         quantize_(layer, config, filter_fn=lambda candidate, _: candidate is layer)
         names.append(name)
     return quantized, names
+
+
+# Two widths per recipe, as mlx-lm's ``--quant-predicate`` recipes (after llama.cpp's *_M).
+MIXED = {"mixed_2_6": ("int2", "int6"), "mixed_3_4": ("int3", "int4"), "mixed_3_6": ("int3", "int6"),
+         "mixed_4_6": ("int4", "int6")}
+CHOICES = SCHEMES + tuple(MIXED)  # what quantize= takes
+
+
+def _bits(scheme: str) -> int:
+    return int(scheme.removeprefix("int"))
+
+
+def _mixed_width(model, low: str, high: str):
+    """``(name, layer) -> scheme``: llama.cpp's Q4_K_M choice, as mlx-lm makes it: the
+    high width for the output head, and for the value and down projections of the first
+    and last eighth of the layers and every third layer between; the low one elsewhere.
+    A head tied to the embedding keeps the table's width (one copy of it)."""
+    import torch
+
+    def index(name: str) -> int:
+        return next((int(part) for part in name.split(".") if part.isdigit()), 0)
+
+    down = [name for name, _ in model.named_modules() if "down_proj" in name]
+    down += [f"{name}.down_proj" for name, layer in model.named_modules() if _is_experts(layer)]
+    if not down:
+        raise ExportError("mixed quantization recipes pick widths by decoder layer: this model has no down_proj")
+    layers = 1 + max(index(name) for name in down)
+    embedded = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+
+    def width(name: str, layer) -> str:
+        i = index(name)
+        more = i < layers // 8 or i >= 7 * layers // 8 or (i - layers // 8) % 3 == 2
+        if "lm_head" in name:
+            return low if layer is not None and id(layer.weight) in embedded else high
+        return high if more and ("v_proj" in name or "down_proj" in name) else low
+
+    return width
 
 
 # The stacks of expert matrices (experts, out, in) of transformers' mixture-of-experts
@@ -54,9 +94,9 @@ def _is_experts(layer) -> bool:
     return hasattr(layer, "has_gate") and any(isinstance(getattr(layer, n, None), torch.nn.Parameter) for n in EXPERT_STACKS)
 
 
-def _quantize_expert_stacks(layer, scheme: str, group_size) -> list:
-    """Quantizes ``layer``'s expert stacks as torchao quantizes a linear layer's rows (per
-    group of ``group_size`` values along the last dim), kept as int8 values, scales and
+def _quantize_expert_stacks(layer, scheme_of, group_size) -> list:
+    """Quantizes ``layer``'s expert stacks (stack ``s`` to ``scheme_of(s)``) as torchao
+    quantizes a linear layer's rows (per group of ``group_size`` values along the last dim), kept as int8 values, scales and
     zero points; reading the stack (``layer.gate_up_proj``) dequantizes it with torchao,
     so the traced graph shows ``dequantize_affine(...)[ids]``, which etmlx lowers to
     ``mx.gather_qmm``. Returns the names of the stacks quantized."""
@@ -71,11 +111,12 @@ def _quantize_expert_stacks(layer, scheme: str, group_size) -> list:
         group = weight.shape[-1] if group_size is None else group_size
         if weight.shape[-1] % group:
             continue  # rows that do not divide into groups stay float
+        scheme = scheme_of(stack)
         q = IntxUnpackedToInt8Tensor.from_hp(weight.detach(), [1, 1, group], getattr(torch, scheme))
         del layer._parameters[stack]
         for part in ("qdata", "scale", "zero_point"):
             layer.register_buffer(f"{stack}_{part}", getattr(q, part))
-        stacks[stack] = (group, 4 if scheme == "int4" else 8)
+        stacks[stack] = (group, _bits(scheme))
     if stacks:
         layer._quantized_stacks = stacks
         layer.__class__ = _dequantizing(type(layer))

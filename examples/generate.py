@@ -19,7 +19,7 @@ import etmlx  # noqa: E402  (first, so mlx runs on OpenBLAS where available)
 import torch  # noqa: E402
 
 import llm  # noqa: E402
-from etmlx.quantization import SCHEMES  # noqa: E402
+from etmlx.quantization import CHOICES  # noqa: E402
 
 PROMPT = [5, 17, 42, 8, 99, 3]
 MODELS = {"llama": llm.tiny_llama, "mixtral": llm.tiny_mixtral}
@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--output", help="where to write the .pte (default out/tiny_<model>.pte)")
     parser.add_argument("--runtime", choices=etmlx.RUNTIMES, default="python",
                         help="etmlx's Python runtime, or ExecuTorch's C++ runtime with the native backend")
-    parser.add_argument("--quantize", choices=SCHEMES, help="quantize the weights first (torchao weight-only)")
+    parser.add_argument("--quantize", choices=CHOICES, help="quantize the weights first (torchao weight-only)")
     parser.add_argument("--group-size", type=int, default=32, help="values per quantization group (default 32)")
     args = parser.parse_args()
     args.output = args.output or os.path.join("out", f"tiny_{args.model}.pte")

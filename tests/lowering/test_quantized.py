@@ -178,3 +178,24 @@ def test_expert_stacks_whose_rows_do_not_divide_into_groups_stay_float():
 
 def test_every_quantized_rule_ran():
     assert untested_rules("quantized") == set()
+
+
+def test_a_mixed_recipe_gives_value_down_and_head_layers_more_bits():
+    """mixed_4_6 as mlx-lm's recipe picks (llama.cpp's Q4_K_M): 6 bits for the head, and
+    for v_proj and down_proj of the first and last eighth of 8 layers and every third
+    between (layers 0, 3, 6, 7); 4 bits elsewhere, the embedding included. (Each width
+    runs on both runtimes in ``test_quantized_layers_run_on_mlx_kernels``.)"""
+    from examples import llm
+
+    quantized, names = quantized_copy(llm.tiny_llama(layers=8, hidden=64), "mixed_4_6", 32)
+    layers = dict(quantized.named_modules())
+    widths = {name: (int(layers[name].weight.qdata.max()) + 1).bit_length() for name in names}  # 2^(bits-1)
+    expected = {f"model.layers.{i}.{part}" for i in (0, 3, 6, 7) for part in ("self_attn.v_proj", "mlp.down_proj")}
+    assert {name for name, width in widths.items() if width == 6} == expected | {"lm_head"}
+    assert {width for name, width in widths.items() if name not in expected | {"lm_head"}} == {4}
+    assert "model.embed_tokens" in names
+
+
+def test_a_mixed_recipe_needs_decoder_layers():
+    with pytest.raises(ExportError, match="no down_proj"):
+        quantized_copy(Layers(), "mixed_4_6", 32)
