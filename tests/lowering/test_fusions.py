@@ -224,7 +224,7 @@ def test_gathered_matmul_look_alikes_do_not_fuse():
     assert "GatherMm" not in lowered.nodes
 
 
-@pytest.mark.parametrize("scheme", ["int4", "int8"])
+@pytest.mark.parametrize("scheme", ["int4", "int5", "int8"])
 def test_gathered_quantized_expert_matmuls_fuse(scheme):
     """The same experts with their stacks quantized (``quantized_copy``): one GatherQmm per
     bmm, in both orientations, nothing dequantized."""
@@ -235,3 +235,6 @@ def test_gathered_quantized_expert_matmuls_fuse(scheme):
     assert {"up_proj", "down_proj"} <= set(names)  # (and the router, a Linear)
     lowered = delegated(module, (torch.randn(5, 32),))
     assert lowered.nodes.count("GatherQmm") == 2 and "Dequantize" not in lowered.nodes and "GatherMm" not in lowered.nodes
+    bits = int(scheme[3:])
+    stacks = [c for d in lowered.delegates for c in d["constants"] if c["dtype"] == "uint32" and len(c["shape"]) == 3]
+    assert stacks and all(c["shape"][-1] == bits for c in stacks)  # rows of 32 values, packed at their width

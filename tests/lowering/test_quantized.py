@@ -158,7 +158,7 @@ class ExpertStack(torch.nn.Module):
         return torch.bmm(self.gate_up_proj[ids], x)
 
 
-@pytest.mark.parametrize("scheme", ["int4", "int8"])
+@pytest.mark.parametrize("scheme", ["int4", "int6", "int8"])
 def test_a_quantized_expert_stack_indexed_by_any_ids(scheme):
     """Ids from an input are not in range by construction: the chosen matrices are
     gathered (bounds-checked) and dequantized, as an embedding's rows, then multiplied."""
