@@ -1,5 +1,6 @@
 """``etmlx inspect``: what a .pte holds, with each etmlx delegate's MLX nodes in order."""
 
+import collections
 import textwrap
 
 from etmlx.runtime_shim.describe import describe
@@ -67,7 +68,27 @@ def _delegate(pte, delegate) -> dict:
     entry["nodes"] = [node_type(node) for node in graph.nodes or []]
     entry["constants"] = [_named(c) for c in graph.constants or []]
     entry["buffers"] = [{"name": b.name, **_named(b.initial)} for b in graph.buffers or []]
+    entry["quantized"] = _quantized_weights(graph)
     return entry
+
+
+def _quantized_weights(graph) -> list:
+    """Per quantized weight a node reads, in execution order: its node, the format it runs
+    in (``int4``, groups of 64) and its logical shape (the packed words unpacked)."""
+    shapes = {c.slot: list(c.shape or []) for c in graph.constants or []}
+    gathered = {node.op.out.idx: node.op.x.idx for node in graph.nodes or [] if node_type(node) == "Take"}
+    weights = []
+    for node in graph.nodes or []:
+        kind = node_type(node)
+        if kind not in ("QuantizedMatmul", "Dequantize", "GatherQmm"):
+            continue
+        op = node.op
+        table = gathered.get(op.w.idx, op.w.idx)  # an embedding's rows are taken from its table first
+        shape = list(shapes.get(table, []))
+        if shape and op.bits:
+            shape[-1] = shape[-1] * 32 // op.bits
+        weights.append({"node": kind, "format": f"int{op.bits}", "group_size": op.groupSize, "shape": shape})
+    return weights
 
 
 def _named(tensor) -> dict:
@@ -93,6 +114,11 @@ def format_text(report: dict, constants: bool = False) -> str:
                 chain = textwrap.wrap(" -> ".join(delegate["nodes"]), 96, break_on_hyphens=False)
                 lines.append(f"    nodes ({len(delegate['nodes'])}):")
                 lines.extend(f"      {part}" for part in chain)
+                formats = collections.Counter(
+                    f"{w['format']} in groups of {w['group_size']}" for w in delegate.get("quantized", [])
+                )
+                if formats:
+                    lines.append("    quantized weights: " + ", ".join(f"{n} {f}" for f, n in sorted(formats.items())))
                 sizes = report["named_data"]
                 if not constants:
                     total = sum(sizes.get(tensor["key"], 0) for tensor in delegate["constants"])

@@ -67,6 +67,10 @@ def test_quantized_layers_run_on_mlx_kernels(name):
     assert not any(c["dtype"] == "float32" and len(c["shape"]) == 2 and min(c["shape"]) > 32 for c in _constants(lowered))
     packed = [c for c in _constants(lowered) if c["dtype"] == "uint32"]
     assert len(packed) == 3
+    # etmlx inspect says the format each quantized weight runs in, and its shape
+    weights = [w for delegate in lowered.delegates for w in delegate["quantized"]]
+    assert {w["format"] for w in weights} == {name.split("-")[0]}
+    assert sorted(tuple(w["shape"]) for w in weights) == [(96, 128), (96, 256), (128, 256)]
 
 
 def test_greedy_tokens_match_the_quantized_model_in_eager():
