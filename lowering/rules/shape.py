@@ -314,12 +314,19 @@ def _lower_diagonal(ctx, node, args):
 
 def _nearest_sources(args) -> list:
     """Per spatial axis, the input row each output row copies, as PyTorch's kernel picks
-    it: the kernel itself is run at export on a map of flat input positions (values below
-    2^53, exact in float64), so every factor — up, down, fractional — indexes as eager."""
-    height, width = shape_of(args.input)[2:]
-    positions = torch.arange(height * width, dtype=torch.float64).reshape(1, 1, height, width)
-    picked = torch.ops.aten.upsample_nearest2d.vec(positions, args.output_size, args.scale_factors)[0, 0].long()
-    return [picked[:, 0] // width, picked[0, :] % width]
+    it: the kernel itself is run at export, one axis at a time (it indexes each axis by
+    that axis's sizes and scale alone), on the positions along that axis, so every factor
+    — up, down, fractional, by size or by scale — indexes as eager does."""
+    sources = []
+    for axis, size in enumerate(shape_of(args.input)[2:]):
+        shape = [1, 1, 1, 1]
+        shape[2 + axis] = size
+        positions = torch.arange(size, dtype=torch.float64).reshape(shape)
+        output_size = None if args.output_size is None else [n if a == axis else 1 for a, n in enumerate(args.output_size)]
+        scales = None if args.scale_factors is None else [f if a == axis else 1.0 for a, f in enumerate(args.scale_factors)]
+        picked = torch.ops.aten.upsample_nearest2d.vec(positions, output_size, scales)
+        sources.append(picked.flatten().long())
+    return sources
 
 
 def _check_nearest(node, args):
