@@ -21,9 +21,9 @@ def export_llm(model_dir, output, max_context=None, max_seq_len: int = 128, quan
 
     ``max_context``: the KV cache's capacity in tokens (default: the model's
     ``max_position_embeddings``, at most 2048); ``max_seq_len``: the most tokens one call
-    takes (longer prompts are prefilled in chunks); ``quantize``: "int4" or "int8" weights
-    (``etmlx.export``'s), per ``group_size``; ``dtype``: of the weights and activations;
-    ``sample_on_device``: also a ``sample`` method (``causal_lm.export_methods``).
+    takes (longer prompts are prefilled in chunks); ``quantize``: a width ("int4") or a
+    recipe ("mixed_4_6"), as ``etmlx.export`` takes them, per ``group_size``; ``dtype``:
+    of the weights and activations; ``sample_on_device``: also a ``sample`` method (``causal_lm.export_methods``).
     ``progress(stage, seconds)`` is told of each stage as it ends."""
     import torch
 
