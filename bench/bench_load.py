@@ -2,8 +2,9 @@
 
 Each figure comes from a fresh process (``--child RUNTIME PATH [--first-call]``, which
 prints them as JSON; tests/loading runs it too), its baseline taken after the
-runtime's own imports (``etmlx``; for ``executorch`` also ``etmlx.native``, ExecuTorch's
-runtime and torch, which a process pays once, whatever it loads):
+runtime's own imports and MLX's start (``etmlx``, its MLX delegate; for ``executorch``
+also ``etmlx.native``, ExecuTorch's runtime and torch: what a process pays once,
+whatever it loads):
 
 - load: seconds in ``etmlx.load`` (``read``: ``open(path).read()``; ``TextLLMRunner``:
   ExecuTorch's LLM runner built and
@@ -54,10 +55,13 @@ def _reset_peak() -> None:
 def _child(runtime: str, path: str, first_call: bool) -> dict:
     """``runtime`` "TextLLMRunner": ExecuTorch's LLM runner, with the tokenizer.json
     beside ``path``."""
+    import mlx.core as mx
     import numpy as np
 
     import etmlx
+    from etmlx.runtime_shim import mlx_delegate  # noqa: F401  (what a first load would import)
 
+    mx.eval(mx.zeros(1))  # MLX's allocator and threads started
     if runtime in ("executorch", "TextLLMRunner"):
         import torch  # noqa: F401
         from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
