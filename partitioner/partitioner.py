@@ -14,6 +14,7 @@ from etmlx.lowering.preprocess import EtMlxBackend  # noqa: F401  (ExecuTorch fi
 from etmlx.serializer import BACKEND_ID
 from etmlx.lowering.registry import check_node, getitem_source, mark_frozen_placeholders, op_name
 
+from etmlx.lowering.fusions.delegate_ops import expand_delegate_ops
 from etmlx.lowering.fusions.fused_calls import retarget_fused_calls
 from .report import PartitionReport
 
@@ -97,6 +98,7 @@ class MlxPartitioner(Partitioner):
         self.report = PartitionReport()
 
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
+        expand_delegate_ops(exported_program)  # ExecuTorch's MLX delegate's ops: no kernel runs them otherwise
         if not self.keep_fused:
             return exported_program
         return retarget_fused_calls(exported_program, self.report.record_decomposed)

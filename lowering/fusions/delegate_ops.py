@@ -1,0 +1,179 @@
+"""The custom ops of ExecuTorch's own MLX delegate (``mlx::``, backends/mlx/custom_ops.py
+in ExecuTorch's sources), which models prepared for that delegate call, rewritten
+before decomposition into the ATen computation each stands for, which etmlx lowers as
+it lowers any model (the attention as one ``etmlx::sdpa`` where MLX's kernel takes it).
+
+What each computes is the upstream op's documented meaning: ``kv_cache_update`` writes
+``new_values`` into the cache at ``start_pos`` (modulo ``ring_size`` when it is a ring
+buffer), a mutation the rewrite makes with ATen's own ``index_copy_``, so that
+functionalization turns it into a buffer update the delegate owns; ``custom_sdpa``
+attends over the cache's first ``start_pos + L`` positions, causally aligned to the end;
+``rope`` rotates the first ``dims`` features by angles ``(pos + t) * base^(-2i/dims) *
+scale``. A call etmlx cannot compute as that meaning says is refused with the reason,
+and an ``mlx::`` op it does not know (a custom Metal kernel, say) by name: no ExecuTorch
+kernel could run either.
+"""
+
+from typing import Callable, Optional
+
+import torch
+from torch import fx
+from torch.fx.proxy import GraphAppendingTracer, Proxy
+
+import etmlx.lowering.custom_ops  # noqa: F401  (registers torch.ops.etmlx.*)
+from etmlx.errors import ExportError
+from etmlx.lowering.arguments import bind
+from etmlx.lowering.rules.attention import check_sdpa
+
+aten = torch.ops.aten
+NAMESPACE = "mlx"
+
+
+def _val(node):
+    return node.meta["val"] if isinstance(node, fx.Node) else node
+
+
+def _range(like, start, length, dtype):
+    """``start, start + 1, ..., start + length - 1`` in ``dtype``: an ``arange`` when a
+    bound is symbolic; else made from ``like`` (a proxy), since a tensor the rewrite made
+    itself could not be recorded into the graph."""
+    if isinstance(start, Proxy) or isinstance(length, Proxy):
+        return aten.arange.start_step(start, start + length, dtype=dtype)
+    counts = aten.cumsum.default(aten.new_ones.default(like, [length], dtype=dtype), 0)
+    return aten.add.Scalar(counts, start - 1)
+
+
+def _kv_cache_update(args):
+    """An ``index_copy_`` of the new positions' slots, as transformers' static cache
+    writes: etmlx keeps the cache in the delegate and checks the slots in range."""
+    slots = _range(args.new_values, args.start_pos, aten.sym_size.int(args.new_values, 2), torch.int64)
+    if args.ring_size:
+        slots = aten.remainder.Scalar(slots, args.ring_size)
+    aten.index_copy_.default(args.cache, 2, slots, args.new_values)
+    return aten.new_zeros.default(args.new_values, [1])  # the upstream op's placeholder result
+
+
+def _causal_mask(query, stop):
+    """``[L, stop]`` booleans: query row i (position ``stop - L + i``) sees positions up
+    to its own, the causal mask aligned to the end of the keys."""
+    length = aten.sym_size.int(query, 2)
+    columns = _range(query, 0, stop, torch.int64)
+    positions = _range(query, stop - length, length, torch.int64)
+    return aten.le.Tensor(aten.unsqueeze.default(columns, 0), aten.unsqueeze.default(positions, 1))
+
+
+def _check_custom_sdpa(node, args) -> Optional[str]:
+    if args.dropout_p:
+        return f"attention dropout {args.dropout_p} (inference computes none)"
+    if args.is_causal and args.attn_mask is not None:
+        return "a mask and is_causal together (the upstream op ignores the mask then)"
+    return None
+
+
+def _custom_sdpa(args, node):
+    """One ``etmlx::sdpa`` where MLX's kernel takes the call (its check, on the traced
+    query and the whole cache), else ATen's attention, which decomposes."""
+    query = args.query
+    stop = args.start_pos + aten.sym_size.int(query, 2)
+    key = aten.slice.Tensor(args.key, 2, 0, stop)
+    value = aten.slice.Tensor(args.value, 2, 0, stop)
+    mask = _causal_mask(query, stop) if args.is_causal else args.attn_mask
+    traced = bind(node)
+    q, k, v = _val(traced.query), _val(traced.key), _val(traced.value)
+    scale = float(args.scale if args.scale is not None else q.shape[-1] ** -0.5)
+    grouped = k.shape[1] != q.shape[1]
+    mask_value = torch.empty(q.shape[2], k.shape[2], dtype=torch.bool, device="meta") if args.is_causal \
+        else _val(traced.attn_mask)
+    if check_sdpa(q, k, v, mask_value, 0.0, False, grouped) is None:
+        return torch.ops.etmlx.sdpa.default(query, key, value, mask, False, scale)
+    return aten.scaled_dot_product_attention.default(query, key, value, mask, scale=scale, enable_gqa=grouped)
+
+
+def _check_rope(node, args) -> Optional[str]:
+    x = _val(args.x)
+    if args.dims % 2 or not 0 < args.dims <= x.shape[-1]:
+        return f"rotating {args.dims} of {x.shape[-1]} features (an even count, at most all of them)"
+    if args.freqs is not None and _val(args.freqs).dim() != 1:
+        return "per-position angles (2-d freqs)"
+    return None
+
+
+def _rope(args, node):
+    x, dims, half = args.x, args.dims, args.dims // 2
+    steps = _range(x, 0, half, torch.float32)
+    if args.freqs is None:
+        inverse = aten.pow.Scalar(float(args.base), aten.div.Scalar(aten.mul.Scalar(steps, -2.0), float(dims)))
+    else:
+        inverse = aten.reciprocal.default(aten._to_copy.default(args.freqs, dtype=torch.float32))
+    length = aten.sym_size.int(x, 2)
+    positions = _range(x, args.pos, length, torch.float32)
+    angles = aten.mul.Scalar(aten.mul.Tensor(aten.unsqueeze.default(positions, 1), inverse), float(args.scale))
+    dtype = _val(node.args[0]).dtype
+    cos = aten._to_copy.default(aten.cos.default(angles), dtype=dtype)
+    sin = aten._to_copy.default(aten.sin.default(angles), dtype=dtype)
+    rotated = aten.slice.Tensor(x, -1, 0, dims)
+    if args.traditional:
+        first, second = aten.slice.Tensor(rotated, -1, 0, dims, 2), aten.slice.Tensor(rotated, -1, 1, dims, 2)
+    else:
+        first, second = aten.slice.Tensor(rotated, -1, 0, half), aten.slice.Tensor(rotated, -1, half, dims)
+    real = aten.sub.Tensor(aten.mul.Tensor(first, cos), aten.mul.Tensor(second, sin))
+    imaginary = aten.add.Tensor(aten.mul.Tensor(first, sin), aten.mul.Tensor(second, cos))
+    if args.traditional:
+        pairs = aten.stack.default([real, imaginary], -1)
+        out = aten.flatten.using_ints(pairs, -2)
+    else:
+        out = aten.cat.default([real, imaginary], -1)
+    if dims < _val(node.args[0]).shape[-1]:
+        out = aten.cat.default([out, aten.slice.Tensor(x, -1, dims)], -1)
+    return out
+
+
+# op name -> (check(node, args) -> reason or None, expand(args, node) -> result proxy)
+_EXPANSIONS: dict = {
+    "kv_cache_update": (lambda node, args: None, lambda args, node: _kv_cache_update(args)),
+    "custom_sdpa": (_check_custom_sdpa, _custom_sdpa),
+    "rope": (_check_rope, _rope),
+}
+
+
+def is_delegate_op(node: fx.Node) -> bool:
+    return node.op == "call_function" and getattr(node.target, "namespace", None) == NAMESPACE
+
+
+def expand_delegate_ops(program) -> bool:
+    """Rewrites, in place, every ``mlx::`` call of ``program``'s graph into ATen ops;
+    raises ExportError for one etmlx cannot compute. Returns whether any was found."""
+    graph = program.graph_module.graph
+    found = False
+    for node in list(graph.nodes):
+        if not is_delegate_op(node):
+            continue
+        found = True
+        name = node.target._schema.name.split("::")[-1]
+        if name not in _EXPANSIONS:
+            raise ExportError(f"mlx::{name} ({node.name}): etmlx has no lowering for this op of ExecuTorch's MLX "
+                              f"delegate (it lowers mlx::{', mlx::'.join(_EXPANSIONS)})")
+        check, expand = _EXPANSIONS[name]
+        reason = check(node, bind(node))
+        if reason:
+            raise ExportError(f"mlx::{name} ({node.name}): {reason}")
+        _replace(graph, node, expand)
+    if found:
+        graph.eliminate_dead_code()
+        program.graph_module.recompile()
+    return found
+
+
+def _replace(graph: fx.Graph, node: fx.Node, expand: Callable) -> None:
+    """``node`` replaced by what ``expand`` computes, its ATen calls recorded into the
+    graph through proxies of the call's tensor and size arguments."""
+    tracer = GraphAppendingTracer(graph)
+    bound = bind(node)
+    proxies = {name: Proxy(value, tracer) if isinstance(value, fx.Node) else value
+               for name, value in bound._values.items()}
+    with graph.inserting_before(node):
+        result = expand(type(bound)(proxies, bound._op), node)
+    node.replace_all_uses_with(result.node)
+    graph.erase_node(node)
+
+

@@ -1,0 +1,129 @@
+"""Models prepared for ExecuTorch's own MLX delegate (its ``mlx::`` custom ops) export
+fully delegated and compute what those ops' reference kernels do, on both runtimes:
+rotary embeddings, a KV cache written in place (linear and ring) and attention over it,
+carried across calls."""
+
+import copy
+
+import pytest
+import torch
+import upstream_ops  # noqa: F401  (defines torch.ops.mlx.*)
+from lowering_harness import assert_close, lower, tensor_kernels
+from torch.export import Dim
+
+import etmlx
+from etmlx.errors import ExportError
+
+mlx = torch.ops.mlx
+# Outside MLX by design: the position read from its tensor, and sizes, on the host.
+HOST_READS = {"aten::_local_scalar_dense.default", "aten::sym_size.int"}
+
+
+class Rotary(torch.nn.Module):
+    def __init__(self, dims, traditional=False, freqs=None, scale=1.0):
+        super().__init__()
+        self.dims, self.traditional, self.scale = dims, traditional, scale
+        self.freqs = freqs
+
+    def forward(self, x, pos):
+        start = pos.item()
+        torch._check(start >= 0)
+        torch._check(start <= 4096)
+        return mlx.rope(x, self.dims, start, self.traditional, 10000.0, self.scale, self.freqs)
+
+
+@pytest.mark.parametrize(
+    "dims,traditional,freqs,dtype",
+    [(16, False, None, torch.float32), (8, True, None, torch.float32), (16, False, "given", torch.float32),
+     (12, False, None, torch.bfloat16)],
+    ids=["split-half", "traditional-partial", "given-freqs", "bf16-partial"],
+)
+def test_rope_equals_its_reference(dims, traditional, freqs, dtype):
+    freqs = torch.linspace(1.0, 900.0, dims // 2) if freqs else None
+    module = Rotary(dims, traditional, freqs, scale=0.5)
+    x = torch.randn(1, 2, 5, 16).to(dtype)
+    lowered = lower(module, (x, torch.tensor(3)), dynamic_shapes=({2: Dim("t", min=1, max=32)}, None))
+    assert set(tensor_kernels(lowered.kernels)) <= HOST_READS and len(lowered.delegates) == 1
+    for length, start in ((5, 3), (1, 2000), (7, 0)):
+        x = torch.randn(1, 2, length, 16).to(dtype)
+        assert_close(lowered.program.forward(x, torch.tensor(start)), module(x, torch.tensor(start)))
+
+
+class CachedAttention(torch.nn.Module):
+    """Keys and values written into caches of 32 slots, then attention of the new queries
+    over the filled part, causally: the upstream delegate's LLM attention."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("k_cache", torch.zeros(1, 2, 32, 8))
+        self.register_buffer("v_cache", torch.zeros(1, 2, 32, 8))
+
+    def forward(self, q, k, v, pos):
+        start = pos.item()
+        torch._check(start >= 0)
+        torch._check(start + q.shape[2] <= 32)
+        mlx.kv_cache_update(self.k_cache, k, start)
+        mlx.kv_cache_update(self.v_cache, v, start)
+        return mlx.custom_sdpa(q, self.k_cache, self.v_cache, start, is_causal=True)
+
+
+class Ring(torch.nn.Module):
+    """Values written into a ring of 8 slots (sliding-window layers' cache): 11
+    positions wrap around it."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("ring", torch.zeros(1, 2, 8, 8))
+
+    def forward(self, q, k, v, pos):
+        start = pos.item()
+        torch._check(start >= 0)
+        mlx.kv_cache_update(self.ring, v, start, 8)
+        return self.ring + 0
+
+
+def _steps():
+    torch.manual_seed(0)
+    lengths = (6, 1, 1, 3)
+    position, steps = 0, []
+    for n in lengths:
+        steps.append((torch.randn(1, 4, n, 8), torch.randn(1, 2, n, 8), torch.randn(1, 2, n, 8), torch.tensor(position)))
+        position += n
+    return steps
+
+
+@pytest.mark.parametrize("model", [CachedAttention, Ring])
+def test_a_cache_written_in_place_carries_across_calls(model):
+    module = model()
+    eager = copy.deepcopy(module)
+    steps = _steps()
+    seq = Dim("seq", min=1, max=7)
+    lowered = lower(module, steps[0], dynamic_shapes=({2: seq}, {2: seq}, {2: seq}, None))
+    assert set(tensor_kernels(lowered.kernels)) <= HOST_READS and len(lowered.delegates) == 1
+    assert "IndexPut" in lowered.nodes and ("Sdpa" in lowered.nodes) == (model is CachedAttention)
+    buffers = {b["name"] for d in lowered.delegates for b in d["buffers"]}
+    assert buffers == set(dict(module.named_buffers())), buffers  # the caches are MLX's, updated in place
+    program = lowered.program
+    for step in steps:
+        assert_close(program.forward(*step), eager(*step))
+
+
+def test_an_mlx_op_etmlx_does_not_lower_is_refused_by_name(tmp_path):
+    class Experts(torch.nn.Module):
+        def forward(self, x, w, scales, ids):
+            return mlx.gather_qmm(x, w, scales, None, ids)
+
+    inputs = (torch.randn(2, 1, 64), torch.zeros(4, 8, 8, dtype=torch.uint32), torch.randn(4, 8, 2),
+              torch.tensor([0, 1]))
+    with pytest.raises(ExportError, match=r"mlx::gather_qmm .*no lowering for this op of ExecuTorch's MLX delegate"):
+        etmlx.export(Experts(), inputs, tmp_path / "x.pte")
+
+
+def test_a_call_etmlx_cannot_compute_as_documented_is_refused_with_the_reason(tmp_path):
+    class Dropping(torch.nn.Module):
+        def forward(self, q, k, v):
+            return mlx.custom_sdpa(q, k, v, 0, dropout_p=0.1)
+
+    x = torch.randn(1, 2, 4, 8)
+    with pytest.raises(ExportError, match=r"mlx::custom_sdpa .*dropout 0.1"):
+        etmlx.export(Dropping(), (x, x, x), tmp_path / "x.pte")

@@ -1,0 +1,78 @@
+"""The schemas of ExecuTorch's MLX delegate's custom ops (backends/mlx/custom_ops.py in
+ExecuTorch's sources: names, arguments, defaults, the cache's mutation), defined here
+because the executorch 1.5.1 wheel cannot import that module ("MLX delegate generated
+files not found"). The eager kernels are this file's own reading of the ops' documented
+meaning, written as plainly as possible: the references the tests hold etmlx to."""
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def _define():
+    if hasattr(torch.ops, "mlx") and hasattr(torch.ops.mlx, "rope"):
+        return  # ExecuTorch's own definitions (a source build) or ours, already loaded
+
+    @torch.library.custom_op("mlx::kv_cache_update", mutates_args=("cache",))
+    def kv_cache_update(cache: Tensor, new_values: Tensor, start_pos: int, ring_size: int = 0) -> Tensor:
+        for t in range(new_values.shape[2]):
+            slot = (start_pos + t) % ring_size if ring_size > 0 else start_pos + t
+            cache[:, :, slot] = new_values[:, :, t]
+        return torch.empty((1,), dtype=new_values.dtype)
+
+    @kv_cache_update.register_fake
+    def _(cache, new_values, start_pos, ring_size=0):
+        return torch.empty((1,), dtype=new_values.dtype, device="meta")
+
+    @torch.library.custom_op("mlx::custom_sdpa", mutates_args=())
+    def custom_sdpa(query: Tensor, key: Tensor, value: Tensor, start_pos: int, attn_mask: Optional[Tensor] = None,
+                    dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None) -> Tensor:
+        stop = start_pos + query.shape[2]
+        key, value = key[:, :, :stop], value[:, :, :stop]
+        groups = query.shape[1] // key.shape[1]
+        key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+        if is_causal:  # query row i is at position start_pos + i
+            rows = torch.arange(query.shape[2])[:, None] + start_pos
+            attn_mask = torch.arange(stop)[None, :] <= rows
+        return F.scaled_dot_product_attention(query, key, value, attn_mask, scale=scale)
+
+    @custom_sdpa.register_fake
+    def _(query, key, value, start_pos, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+        return query.new_empty(query.shape)
+
+    @torch.library.custom_op("mlx::rope", mutates_args=())
+    def rope(x: Tensor, dims: int, pos: int, traditional: bool = False, base: float = 500000.0, scale: float = 1.0,
+             freqs: Optional[Tensor] = None) -> Tensor:
+        half = dims // 2
+        inverse = 1.0 / freqs.float() if freqs is not None else base ** (-2.0 * torch.arange(half).float() / dims)
+        angles = torch.arange(pos, pos + x.shape[2]).float()[:, None] * inverse * scale
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        rotated, rest = x[..., :dims], x[..., dims:]
+        if traditional:
+            a, b = rotated[..., 0::2], rotated[..., 1::2]
+            out = torch.stack([a * cos - b * sin, a * sin + b * cos], -1).flatten(-2)
+        else:
+            a, b = rotated[..., :half], rotated[..., half:]
+            out = torch.cat([a * cos - b * sin, a * sin + b * cos], -1)
+        return torch.cat([out, rest], -1)
+
+    @rope.register_fake
+    def _(x, dims, pos, traditional=False, base=500000.0, scale=1.0, freqs=None):
+        return x.new_empty(x.shape)
+
+    @torch.library.custom_op("mlx::gather_qmm", mutates_args=())
+    def gather_qmm(x: Tensor, w: Tensor, scales: Tensor, biases: Optional[Tensor] = None,
+                   rhs_indices: Optional[Tensor] = None, lhs_indices: Optional[Tensor] = None, transpose: bool = True,
+                   group_size: int = 32, bits: int = 4, mode: str = "affine",
+                   sorted_indices: Optional[Tensor] = None) -> Tensor:
+        raise NotImplementedError  # its schema is what matters here: etmlx refuses it by name
+
+    @gather_qmm.register_fake
+    def _(x, w, scales, biases=None, rhs_indices=None, lhs_indices=None, transpose=True, group_size=32, bits=4,
+          mode="affine", sorted_indices=None):
+        return x.new_empty((*x.shape[:-1], w.shape[-2]))
+
+
+_define()
