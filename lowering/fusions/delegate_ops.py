@@ -9,7 +9,7 @@ buffer), a mutation the rewrite makes with ATen's own ``index_copy_``, so that
 functionalization turns it into a buffer update the delegate owns; ``custom_sdpa``
 attends over the cache's first ``start_pos + L`` positions, causally aligned to the end;
 ``rope`` rotates the first ``dims`` features by angles ``(pos + t) * base^(-2i/dims) *
-scale``. A call etmlx cannot compute as that meaning says is refused with the reason,
+scale``; ``gather_mm`` multiplies by the right operands ``rhs_indices`` picks. A call etmlx cannot compute as that meaning says is refused with the reason,
 and an ``mlx::`` op it does not know (a custom Metal kernel, say) by name: no ExecuTorch
 kernel could run either.
 """
@@ -128,11 +128,27 @@ def _rope(args, node):
     return out
 
 
+def _check_gather_mm(node, args) -> Optional[str]:
+    if args.lhs_indices is not None:
+        return "lhs_indices (the upstream op's reference gathers the right operand only)"
+    return None
+
+
+def _gather_mm(args, node):
+    """``a @ b[rhs_indices]``: the gather and batched matmul etmlx's fusion turns into
+    ``mx.gather_mm``."""
+    chosen = args.b if args.rhs_indices is None else aten.index.Tensor(args.b, [args.rhs_indices])
+    traced = bind(node)
+    per_token = traced.rhs_indices is not None and _val(traced.a).dim() == 3 and _val(traced.rhs_indices).dim() == 1
+    return aten.bmm.default(args.a, chosen) if per_token else aten.matmul.default(args.a, chosen)
+
+
 # op name -> (check(node, args) -> reason or None, expand(args, node) -> result proxy)
 _EXPANSIONS: dict = {
     "kv_cache_update": (lambda node, args: None, lambda args, node: _kv_cache_update(args)),
     "custom_sdpa": (_check_custom_sdpa, _custom_sdpa),
     "rope": (_check_rope, _rope),
+    "gather_mm": (_check_gather_mm, _gather_mm),
 }
 
 

@@ -1,7 +1,7 @@
 """Models prepared for ExecuTorch's own MLX delegate (its ``mlx::`` custom ops) export
 fully delegated and compute what those ops' reference kernels do, on both runtimes:
 rotary embeddings, a KV cache written in place (linear and ring) and attention over it,
-carried across calls."""
+carried across calls, experts' matmuls."""
 
 import copy
 
@@ -106,6 +106,28 @@ def test_a_cache_written_in_place_carries_across_calls(model):
     program = lowered.program
     for step in steps:
         assert_close(program.forward(*step), eager(*step))
+
+
+class Experts(torch.nn.Module):
+    """Each token's vector times the matrix of the expert a router chose for it."""
+
+    def __init__(self):
+        super().__init__()
+        self.router = torch.nn.Linear(16, 4)
+        self.experts = torch.nn.Parameter(torch.randn(4, 16, 24))
+
+    def forward(self, x):  # x: [tokens, 1, 16]
+        chosen = self.router(x[:, 0]).topk(1).indices[:, 0]  # in range by construction
+        return mlx.gather_mm(x, self.experts, chosen)
+
+
+def test_gather_mm_equals_its_reference():
+    module, x = Experts(), torch.randn(6, 1, 16)
+    lowered = lower(module, (x,), dynamic_shapes=({0: Dim("tokens", min=1, max=64)},))
+    assert tensor_kernels(lowered.kernels) == [] and "GatherMm" in lowered.nodes
+    for tokens in (6, 1, 9):
+        x = torch.randn(tokens, 1, 16)
+        assert_close(lowered.program.forward(x), module(x))
 
 
 def test_an_mlx_op_etmlx_does_not_lower_is_refused_by_name(tmp_path):

@@ -62,6 +62,17 @@ def _define():
     def _(x, dims, pos, traditional=False, base=500000.0, scale=1.0, freqs=None):
         return x.new_empty(x.shape)
 
+    @torch.library.custom_op("mlx::gather_mm", mutates_args=())
+    def gather_mm(a: Tensor, b: Tensor, rhs_indices: Optional[Tensor] = None, lhs_indices: Optional[Tensor] = None,
+                  sorted_indices: Optional[Tensor] = None) -> Tensor:
+        chosen = b if rhs_indices is None else torch.stack([b[i] for i in rhs_indices.tolist()])
+        return a @ chosen
+
+    @gather_mm.register_fake
+    def _(a, b, rhs_indices=None, lhs_indices=None, sorted_indices=None):
+        batch = b.shape[:-2] if rhs_indices is None else rhs_indices.shape
+        return a.new_empty((*batch, a.shape[-2], b.shape[-1]))
+
     @torch.library.custom_op("mlx::gather_qmm", mutates_args=())
     def gather_qmm(x: Tensor, w: Tensor, scales: Tensor, biases: Optional[Tensor] = None,
                    rhs_indices: Optional[Tensor] = None, lhs_indices: Optional[Tensor] = None, transpose: bool = True,
