@@ -12,7 +12,8 @@ from .quantization import CHOICES
 def add_commands(commands) -> None:
     export = commands.add_parser("export-llm", help="export a Hugging Face causal LM folder to a .pte "
                                  "(ExecuTorch's LLM-runner convention; the tokenizer is copied beside it)")
-    export.add_argument("model", help="a checkpoint folder: config.json, safetensors, tokenizer files")
+    export.add_argument("model", help="a checkpoint folder (config.json, safetensors, tokenizer files), or a Hugging "
+                        "Face Hub id (org/name), found in the Hub's cache or downloaded into it")
     export.add_argument("-o", "--output", required=True, help="the .pte to write")
     export.add_argument("--max-context", type=_positive, help="KV-cache capacity in tokens "
                         "(default: the model's max_position_embeddings, at most 2048)")

@@ -1,6 +1,6 @@
-"""``etmlx export-llm``: a Hugging Face checkpoint folder to a ``.pte`` that ExecuTorch's
-LLM runner and ``etmlx generate`` drive (``etmlx.causal_lm``), with the tokenizer files
-copied beside it."""
+"""``etmlx export-llm``: a Hugging Face checkpoint (a folder, or a Hub id) to a ``.pte``
+that ExecuTorch's LLM runner and ``etmlx generate`` drive (``etmlx.causal_lm``), with the
+tokenizer files copied beside it."""
 
 import os
 import shutil
@@ -17,7 +17,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 def export_llm(model_dir, output, max_context=None, max_seq_len: int = 128, quantize=None, group_size=64,
                dtype: str = "float32", sample_on_device: bool = False, progress=None):
-    """Exports the causal LM in ``model_dir`` to ``output``; returns the ExportResult.
+    """Exports the causal LM in ``model_dir`` (a checkpoint folder, or a Hugging Face Hub
+    id, ``checkpoint_folder``) to ``output``; returns the ExportResult.
 
     ``max_context``: the KV cache's capacity in tokens (default: the model's
     ``max_position_embeddings``, at most 2048); ``max_seq_len``: the most tokens one call
@@ -34,6 +35,7 @@ def export_llm(model_dir, output, max_context=None, max_seq_len: int = 128, quan
     if dtype not in DTYPES:
         raise ExportError(f"dtype={dtype!r}: expected one of {', '.join(DTYPES)}")
     started = time.perf_counter()
+    model_dir = checkpoint_folder(model_dir)
     model = _load(model_dir, getattr(torch, dtype))
     capacity = max_context or min(getattr(model.config, "max_position_embeddings", None) or DEFAULT_MAX_CONTEXT,
                                   DEFAULT_MAX_CONTEXT)
@@ -56,6 +58,28 @@ def export_llm(model_dir, output, max_context=None, max_seq_len: int = 128, quan
     report("lower and write", time.perf_counter() - started)
     result.tokenizer_files = copy_tokenizer(model_dir, os.path.dirname(os.path.abspath(output)))
     return result
+
+
+# What export-llm fetches of a Hub repository: config, safetensors weights, tokenizer files.
+HUB_FILES = ["*.json", "*.safetensors", "tokenizer.model", "*.txt", "*.jinja"]
+
+
+def checkpoint_folder(model) -> str:
+    """``model`` itself when it is a path that exists; else a Hugging Face Hub id
+    (``org/name``), whose config, weights and tokenizer files are found in the Hub's
+    cache or downloaded into it (``HF_HUB_OFFLINE=1``: the cache only)."""
+    model = os.fspath(model)
+    if os.path.exists(model):
+        return model
+    if model.count("/") != 1 or model.startswith((".", "/", "~")) or not all(model.split("/")):
+        raise ExportError(f"{model}: no such directory (a Hugging Face checkpoint folder, or a Hub id: org/name)")
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(model, allow_patterns=HUB_FILES)
+    except (OSError, ValueError) as error:  # not on the Hub, offline without a cached copy, no network
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ExportError(f"{model}: no such directory, and the Hugging Face Hub gave no copy of it: {reason}") from error
 
 
 def _load(model_dir, dtype):

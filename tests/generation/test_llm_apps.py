@@ -123,3 +123,26 @@ def test_a_quantized_export_generates_the_quantized_models_text(exported, tmp_pa
     quantized, _ = quantized_copy(model, "int8", 32)
     text = "".join(generation.generate(generation.Session(etmlx.load(out)), tokenizer, PROMPT, 16))
     assert text == eager_text(quantized, tokenizer, tokenizer.encode(PROMPT), 16)
+
+
+def test_a_hub_id_resolves_to_its_snapshot_in_the_hub_cache(tmp_path, monkeypatch):
+    """``export-llm org/name``: the Hub's cache layout (refs/main -> snapshots/<commit>),
+    offline, so nothing is downloaded; an id the cache lacks is one clear error."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    from etmlx.errors import ExportError
+    from etmlx.llm_export import checkpoint_folder
+
+    repo = tmp_path / "hub" / "models--etmlx-test--tiny"
+    shutil.copytree(llm.tiny_checkpoint(tmp_path / "checkpoint"), repo / "snapshots" / "0123abcd")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert checkpoint_folder("etmlx-test/tiny") == str(repo / "snapshots" / "0123abcd")
+    with pytest.raises(ExportError, match="etmlx-test/absent: no such directory, and the Hugging Face Hub gave no copy"):
+        checkpoint_folder("etmlx-test/absent")
+    with pytest.raises(ExportError, match="a Hub id: org/name"):
+        checkpoint_folder("no-such-folder")
