@@ -182,3 +182,50 @@ def _lower_dequantize(ctx, node, args):
     """A quantized weight MLX's kernels decline, dequantized at export by torchao itself:
     the float weight is what the eager model computes before its layer."""
     evaluate_at_export(ctx, node)
+
+
+# ExecuTorch's ExportableInt4Tensor (executorch.extension.llm.export.int4): nibble-packed
+# (N, K/2) uint8 values in [0, 15] (an even column in the low nibble: MLX's own packing),
+# scale and zero point (K/g, N), dequantized as scale * (q - zero_point).
+INT4_TENSOR = "torchao::dequantize_int4_tensor"
+
+
+def _check_int4_tensor(node, args) -> Optional[str]:
+    reason = check_fixed_at_export((args.qdata, args.scale, args.zero_point))
+    if reason:
+        return reason
+    qdata, scale, zero_point = (example_of(a) for a in (args.qdata, args.scale, args.zero_point))
+    if qdata.dtype != torch.uint8 or qdata.dim() != 2:
+        return f"a {qdata.dim()}-d {qdata.dtype} int4 tensor (ExportableInt4Tensor packs (N, K/2) uint8)"
+    rows, columns = qdata.shape[0], 2 * qdata.shape[1]
+    if columns % args.group_size or _mlx_group_size(args.group_size) is None:
+        return f"groups of {args.group_size} (MLX takes groups of 32, 64 or 128, or multiples of 32 sharing a scale)"
+    groups = (columns // args.group_size, rows)
+    if tuple(scale.shape) != groups or tuple(zero_point.shape) != groups:
+        return f"scales {tuple(scale.shape)} and zero points {tuple(zero_point.shape)} for groups {groups}"
+    if args.output_dtype not in FLOATING:
+        return f"dequantized to {args.output_dtype}"
+    return None
+
+
+def int4_tensor_weight(ctx, args) -> dict:
+    """``packed_weight``'s fields for an ExportableInt4Tensor, repacked once per weight:
+    its values signed as torchao's (q - 8) with the zero point shifted alike."""
+
+    def repack():
+        qdata, scale, zero_point = (ctx.constant_values[a] for a in (args.qdata, args.scale, args.zero_point))
+        values = torch.stack([qdata & 15, qdata >> 4], -1).reshape(qdata.shape[0], -1).to(torch.int64) - 8
+        scale, zero_point = scale.t().to(torch.float64), zero_point.t().to(torch.float64) - 8
+        packed, scales, biases = mlx_layout(values, scale, zero_point, args.group_size, 4, args.output_dtype)
+        return dict(w=ctx.add_constant(packed), scales=ctx.add_constant(scales), biases=ctx.add_constant(biases),
+                    groupSize=_mlx_group_size(args.group_size), bits=4)
+
+    return ctx.once(("int4 tensor", args.qdata), repack)
+
+
+@lowers(INT4_TENSOR, check=_check_int4_tensor)
+def _lower_int4_tensor(ctx, node, args):
+    """The whole weight dequantized (constants only: evaluated once, at load); a linear or
+    embedding layer of it runs on the packed weight instead (``fusions/int4_tensor.py``)."""
+    ctx.bind(node, ctx.emit(Dequantize, **int4_tensor_weight(ctx, args)))
+

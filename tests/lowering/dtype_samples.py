@@ -10,6 +10,7 @@ branch on the dtype only to keep its call one that PyTorch computes.
 
 import torch
 from executorch.exir.passes import dim_order_ops_registry  # noqa: F401  (registers dim_order_ops::)
+from executorch.extension.llm.export import int4  # noqa: F401  (registers torchao::dequantize_int4_tensor)
 
 from etmlx.lowering import custom_ops  # noqa: F401  (registers etmlx:: operators)
 
@@ -254,6 +255,7 @@ def _other(dtype):
     grid = (torch.rand(2, 3, 2, 2) * 2 - 1).to(dtype)
     codes, scale, zero = _quantized(dtype)
     stacked = tuple(t.reshape(2, 4, -1) for t in (codes, scale, zero))
+    int4_tensor = _int4_tensor(codes, scale, zero)
     return {
         "aten::_cdist_forward": lambda x, y, d: aten._cdist_forward(x[0], y[0], 2.0, None),
         "aten::_pdist_forward": lambda x, y, d: aten._pdist_forward(x[0, 0], 2.0),
@@ -272,7 +274,16 @@ def _other(dtype):
         "torchao::dequantize_affine": lambda x, y, d: torch.ops.torchao.dequantize_affine(
             codes, [1, 32], scale, zero, torch.int8, -8, 7, output_dtype=x.dtype
         ),
+        "torchao::dequantize_int4_tensor": lambda x, y, d: torch.ops.torchao.dequantize_int4_tensor(
+            *int4_tensor, 32, x.dtype
+        ),
     }
+
+
+def _int4_tensor(codes, scale, zero):
+    """``_quantized``'s weight as ExecuTorch's ExportableInt4Tensor lays it out."""
+    unsigned = (codes.to(torch.int16) + 8).to(torch.uint8)
+    return unsigned[:, ::2] | (unsigned[:, 1::2] << 4), scale.t().contiguous(), (zero.to(scale.dtype) + 8).t().contiguous()
 
 
 def samples(dtype) -> dict:

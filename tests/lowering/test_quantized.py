@@ -203,3 +203,26 @@ def test_a_mixed_recipe_gives_value_down_and_head_layers_more_bits():
 def test_a_mixed_recipe_needs_decoder_layers():
     with pytest.raises(ExportError, match="no down_proj"):
         quantized_copy(Layers(), "mixed_4_6", 32)
+
+
+def _exportable_int4(model):
+    """``model``'s int4 torchao weights (groups of 32) as ExecuTorch's ExportableInt4Tensor."""
+    from executorch.extension.llm.export.int4 import ExportableInt4Tensor
+
+    for layer in (model.embed, model.up, model.down):
+        layer.weight = torch.nn.Parameter(
+            ExportableInt4Tensor.from_intx_unpacked_to_int8_tensor(layer.weight), requires_grad=False
+        )
+    return model
+
+
+def test_executorch_exportable_int4_weights_run_on_mlx_kernels():
+    """ExportableInt4Tensor (executorch.extension.llm.export.int4): the linear layers one
+    QuantizedMatmul each, the embedding packed rows, no float weight in the file, the
+    exportable's own eager kernels' result."""
+    model = _exportable_int4(_quantized(CONFIGS["int4-g32"]))
+    ids = torch.tensor([[0, 5, 95, 17], [3, 3, 60, 1]])
+    lowered = delegated(model, (ids,), nodes=["QuantizedMatmul", "Dequantize", "Take"], run_with=[(ids.flip(1),)])
+    assert lowered.nodes.count("QuantizedMatmul") == 2 and lowered.nodes.count("Dequantize") == 1
+    assert not any(c["dtype"] == "float32" and len(c["shape"]) == 2 and min(c["shape"]) > 32 for c in _constants(lowered))
+    assert {w["format"] for d in lowered.delegates for w in d["quantized"]} == {"int4"}
