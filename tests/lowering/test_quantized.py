@@ -226,3 +226,23 @@ def test_executorch_exportable_int4_weights_run_on_mlx_kernels():
     assert lowered.nodes.count("QuantizedMatmul") == 2 and lowered.nodes.count("Dequantize") == 1
     assert not any(c["dtype"] == "float32" and len(c["shape"]) == 2 and min(c["shape"]) > 32 for c in _constants(lowered))
     assert {w["format"] for d in lowered.delegates for w in d["quantized"]} == {"int4"}
+
+
+def test_an_exportable_int4_weight_read_otherwise_is_dequantized_whole():
+    """Not a layer (the weight summed): no fusion, the weight dequantized once, at load."""
+    from executorch.extension.llm.export.int4 import ExportableInt4Tensor
+
+    class Summed(torch.nn.Module):
+        def __init__(self, weight):
+            super().__init__()
+            self.weight = torch.nn.Parameter(weight, requires_grad=False)
+
+        def forward(self, x):
+            return x + self.weight.t().sum(0)
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 8)
+    quantize_(layer, CONFIGS["int4-g32"])
+    module = Summed(ExportableInt4Tensor.from_intx_unpacked_to_int8_tensor(layer.weight))
+    lowered = delegated(module, (torch.randn(3, 8),), nodes=["Dequantize"])
+    assert "QuantizedMatmul" not in lowered.nodes
