@@ -84,7 +84,8 @@ def _child(runtime: str, path: str, first_call: bool) -> dict:
     else:
         program = etmlx.load(path, runtime=runtime)
     loaded = time.perf_counter()
-    result = {"load_s": loaded - start, "peak": _status_bytes("VmHWM") - resident, "after": _status_bytes("VmRSS") - resident}
+    result = {"load_s": loaded - start, "peak": _status_bytes("VmHWM") - resident,
+              "after": _status_bytes("VmRSS") - resident}
     if first_call and runtime in ("python", "executorch"):
         program.forward(np.array([[1]], np.int64), np.array([0], np.int64))
         result["first_call_s"] = time.perf_counter() - loaded

@@ -125,7 +125,8 @@ def main() -> None:
             if by_hand is not None:
                 x_last = mx.array(x.permute(0, 2, 3, 1).numpy())
                 errors.append(np.abs(np.array(by_hand(x_last)) - expected).max())
-                rows.append(("MLX's own ops (mx.conv2d)", median_seconds(lambda: mx.eval(by_hand(x_last)), repeat=CALLS)))
+                seconds = median_seconds(lambda: mx.eval(by_hand(x_last)), repeat=CALLS)
+                rows.append(("MLX's own ops (mx.conv2d)", seconds))
             print(f"\n{name} (largest difference from eager: {max(errors):.1e})")
             print_table(rows, "eager PyTorch")
 
