@@ -180,10 +180,6 @@ def test_expert_stacks_whose_rows_do_not_divide_into_groups_stay_float():
     assert names == [] and isinstance(model.gate_up_proj, torch.nn.Parameter)
 
 
-def test_every_quantized_rule_ran():
-    assert untested_rules("quantized") == set()
-
-
 def test_a_mixed_recipe_gives_value_down_and_head_layers_more_bits():
     """mixed_4_6 as mlx-lm's recipe picks (llama.cpp's Q4_K_M): 6 bits for the head, and
     for v_proj and down_proj of the first and last eighth of 8 layers and every third
@@ -246,3 +242,7 @@ def test_an_exportable_int4_weight_read_otherwise_is_dequantized_whole():
     module = Summed(ExportableInt4Tensor.from_intx_unpacked_to_int8_tensor(layer.weight))
     lowered = delegated(module, (torch.randn(3, 8),), nodes=["Dequantize"])
     assert "QuantizedMatmul" not in lowered.nodes
+
+
+def test_every_quantized_rule_ran():
+    assert untested_rules("quantized") == set()
