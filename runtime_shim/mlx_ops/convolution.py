@@ -54,9 +54,10 @@ def _depthwise_taps(x: mx.array, w: mx.array, stride: list, padding: list, dilat
     channels, outputs = x.shape[-1], w.shape[0]
     multiplier, kernel = outputs // channels, w.shape[1:-1]
     wide = mx.float32 if x.dtype in (mx.float16, mx.bfloat16) else x.dtype
-    if not len(stride) == len(padding) == len(dilation) == len(kernel) or min(stride + dilation) < 1 or min(padding) < 0:
-        raise ValueError(f"depthwise convolution with stride {stride}, padding {padding}, dilation {dilation} "
-                         f"over {len(kernel)} spatial dimensions")
+    if not len(stride) == len(padding) == len(dilation) == len(kernel) or min(stride + dilation + list(kernel)) < 1 \
+            or min(padding) < 0:
+        raise ValueError(f"depthwise convolution with kernel {list(kernel)}, stride {stride}, padding {padding}, "
+                         f"dilation {dilation}")
     padded = mx.pad(x.astype(wide), [(0, 0)] + [(p, p) for p in padding] + [(0, 0)])
     sizes = [(n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(padded.shape[1:-1], kernel, stride, dilation)]
     if min(sizes) < 1:

@@ -85,6 +85,9 @@ mx::array depthwise_taps(const etmlx_ir::Conv& op, const mx::array& x, const mx:
   int taps_count = 1;
   for (size_t i = 0; i < spatial; ++i) {
     const int64_t k = w.shape(static_cast<int>(i) + 1), n = padded.shape(static_cast<int>(i) + 1);
+    if (k < 1) {
+      throw std::invalid_argument("depthwise convolution with an empty kernel");
+    }
     const int64_t size = (n - int64_t{dilation[i]} * (k - 1) - 1) / stride[i] + 1;
     if (n - int64_t{dilation[i]} * (k - 1) - 1 < 0 || size < 1) {
       throw std::invalid_argument("depthwise convolution: the dilated kernel is larger than the padded input");
