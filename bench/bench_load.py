@@ -138,6 +138,8 @@ def report(path: str, label: str, repeats: int) -> None:
 
 
 def main() -> None:
+    if not os.path.exists("/proc/self/clear_refs"):
+        sys.exit("bench_load.py measures peak and resident memory through /proc (Linux 4.0 or later)")
     if sys.argv[1:2] == ["--child"]:
         print(json.dumps(_child(sys.argv[2], sys.argv[3], first_call="--first-call" in sys.argv)))
         return
