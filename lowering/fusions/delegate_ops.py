@@ -9,9 +9,10 @@ buffer), a mutation the rewrite makes with ATen's own ``index_copy_``, so that
 functionalization turns it into a buffer update the delegate owns; ``custom_sdpa``
 attends over the cache's first ``start_pos + L`` positions, causally aligned to the end;
 ``rope`` rotates the first ``dims`` features by angles ``(pos + t) * base^(-2i/dims) *
-scale``; ``gather_mm`` multiplies by the right operands ``rhs_indices`` picks. A call etmlx cannot compute as that meaning says is refused with the reason,
-and an ``mlx::`` op it does not know (a custom Metal kernel, say) by name: no ExecuTorch
-kernel could run either.
+scale``; ``gather_mm`` multiplies by the right operands ``rhs_indices`` picks. A call
+etmlx cannot compute as that meaning says is refused with the reason, and an ``mlx::``
+op it does not know (a custom Metal kernel, say) by name: no ExecuTorch kernel could
+run either.
 """
 
 from typing import Callable, Optional
@@ -24,13 +25,10 @@ import etmlx.lowering.custom_ops  # noqa: F401  (registers torch.ops.etmlx.*)
 from etmlx.errors import ExportError
 from etmlx.lowering.arguments import bind
 from etmlx.lowering.rules.attention import check_sdpa
+from etmlx.lowering.rules.common import example_of
 
 aten = torch.ops.aten
 NAMESPACE = "mlx"
-
-
-def _val(node):
-    return node.meta["val"] if isinstance(node, fx.Node) else node
 
 
 def _range(like, start, length, dtype):
@@ -78,21 +76,21 @@ def _custom_sdpa(args, node):
     # A causal call ignores any mask it is given, as the upstream op does.
     mask = _causal_mask(query, stop) if args.is_causal else args.attn_mask
     traced = bind(node)
-    q, k, v = _val(traced.query), _val(traced.key), _val(traced.value)
+    q, k, v = example_of(traced.query), example_of(traced.key), example_of(traced.value)
     scale = float(args.scale if args.scale is not None else q.shape[-1] ** -0.5)
     grouped = k.shape[1] != q.shape[1]
     mask_value = torch.empty(q.shape[2], k.shape[2], dtype=torch.bool, device="meta") if args.is_causal \
-        else _val(traced.attn_mask)
+        else example_of(traced.attn_mask)
     if check_sdpa(q, k, v, mask_value, 0.0, False, grouped) is None:
         return torch.ops.etmlx.sdpa.default(query, key, value, mask, False, scale)
     return aten.scaled_dot_product_attention.default(query, key, value, mask, scale=scale, enable_gqa=grouped)
 
 
 def _check_rope(node, args) -> Optional[str]:
-    x = _val(args.x)
+    x = example_of(args.x)
     if args.dims % 2 or not 0 < args.dims <= x.shape[-1]:
         return f"rotating {args.dims} of {x.shape[-1]} features (an even count, at most all of them)"
-    if args.freqs is not None and _val(args.freqs).dim() != 1:
+    if args.freqs is not None and example_of(args.freqs).dim() != 1:
         return "per-position angles (2-d freqs)"
     return None
 
@@ -107,7 +105,7 @@ def _rope(args, node):
     length = aten.sym_size.int(x, 2)
     positions = _range(x, args.pos, length, torch.float32)
     angles = aten.mul.Scalar(aten.mul.Tensor(aten.unsqueeze.default(positions, 1), inverse), float(args.scale))
-    dtype = _val(node.args[0]).dtype
+    dtype = example_of(node.args[0]).dtype
     cos = aten._to_copy.default(aten.cos.default(angles), dtype=dtype)
     sin = aten._to_copy.default(aten.sin.default(angles), dtype=dtype)
     rotated = aten.slice.Tensor(x, -1, 0, dims)
@@ -122,7 +120,7 @@ def _rope(args, node):
         out = aten.flatten.using_ints(pairs, -2)
     else:
         out = aten.cat.default([real, imaginary], -1)
-    if dims < _val(node.args[0]).shape[-1]:
+    if dims < example_of(node.args[0]).shape[-1]:
         out = aten.cat.default([out, aten.slice.Tensor(x, -1, dims)], -1)
     return out
 
@@ -138,7 +136,7 @@ def _gather_mm(args, node):
     ``mx.gather_mm``."""
     chosen = args.b if args.rhs_indices is None else aten.index.Tensor(args.b, [args.rhs_indices])
     traced = bind(node)
-    per_token = traced.rhs_indices is not None and _val(traced.a).dim() == 3 and _val(traced.rhs_indices).dim() == 1
+    per_token = traced.rhs_indices is not None and example_of(traced.a).dim() == 3 and example_of(traced.rhs_indices).dim() == 1
     return aten.bmm.default(args.a, chosen) if per_token else aten.matmul.default(args.a, chosen)
 
 

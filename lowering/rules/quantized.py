@@ -52,8 +52,10 @@ def check_quantized_weight(qdata, scale, zero_point, block_size, bits, dtype) ->
     if len(block_size) != qdata.dim() or any(size != 1 for size in block_size[:-1]):
         return f"block size {list(block_size)} (MLX groups values along each row)"
     group_size = block_size[-1]
-    if not isinstance(columns, int) or columns % group_size or _mlx_group_size(group_size) is None:
-        return f"groups of {group_size} (MLX takes groups of 32, 64 or 128, or multiples of 32 sharing a scale)"
+    if not isinstance(columns, int):
+        return f"rows of a dynamic size ({columns} values; MLX's groups are fixed at export)"
+    if _groups_reason(columns, group_size):
+        return _groups_reason(columns, group_size)
     if scale.dtype not in FLOATING or scale.dtype != dtype:
         return f"{scale.dtype} scales with {dtype} activations (MLX dequantizes in the activations' dtype)"
     groups = (*rows, columns // group_size)
@@ -61,6 +63,13 @@ def check_quantized_weight(qdata, scale, zero_point, block_size, bits, dtype) ->
         return f"scales of shape {tuple(scale.shape)} for groups {groups}"
     if zero_point is not None and (zero_point.dtype.is_floating_point or tuple(zero_point.shape) != groups):
         return "a floating-point zero point, or one not per group"
+    return None
+
+
+def _groups_reason(columns: int, group_size: int) -> Optional[str]:
+    """Why rows of ``columns`` values cannot be MLX's groups of ``group_size``, or None."""
+    if columns % group_size or _mlx_group_size(group_size) is None:
+        return f"groups of {group_size} (MLX takes groups of 32, 64 or 128, or multiples of 32 sharing a scale)"
     return None
 
 
@@ -198,8 +207,8 @@ def _check_int4_tensor(node, args) -> Optional[str]:
     if qdata.dtype != torch.uint8 or qdata.dim() != 2:
         return f"a {qdata.dim()}-d {qdata.dtype} int4 tensor (ExportableInt4Tensor packs (N, K/2) uint8)"
     rows, columns = qdata.shape[0], 2 * qdata.shape[1]
-    if columns % args.group_size or _mlx_group_size(args.group_size) is None:
-        return f"groups of {args.group_size} (MLX takes groups of 32, 64 or 128, or multiples of 32 sharing a scale)"
+    if _groups_reason(columns, args.group_size):
+        return _groups_reason(columns, args.group_size)
     groups = (columns // args.group_size, rows)
     if tuple(scale.shape) != groups or tuple(zero_point.shape) != groups:
         return f"scales {tuple(scale.shape)} and zero points {tuple(zero_point.shape)} for groups {groups}"

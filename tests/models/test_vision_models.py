@@ -14,6 +14,7 @@ def test_a_vision_model_is_one_delegate_equal_to_eager(name):
     module, inputs, _ = getattr(vision, name)(size=32)
     lowered = lower(module, inputs)
     assert len(lowered.delegates) == 1 and lowered.kernels == [], lowered.report.summary()
+    assert "Conv" in lowered.nodes and ("Sdpa" in lowered.nodes) == (name == "swin")
     with torch.no_grad():
         expected = module(*inputs)
     assert_close(lowered.program.forward(*inputs), expected)
