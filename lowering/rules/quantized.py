@@ -9,8 +9,9 @@ decides, before decomposition); here the weight is repacked once, at export, int
 affine layout, ``w = s * Q + B`` with ``Q = q + 2^(bits-1)`` unsigned, packed into uint32
 (a little-endian bit stream), and ``B = -s * (z + 2^(bits-1))``.
 
-A weight MLX cannot take as it is (7 bits, a group of 16, a float zero point) is
-declined: its ``dequantize_affine`` is evaluated at export (``_lower_dequantize``) and
+A zero point may be fractional (a GGUF file's minimum over its scale, ``gguf_model``):
+``B`` is computed in float64 all the same. A weight MLX cannot take as it is (7 bits, a
+group of 16) is declined: its ``dequantize_affine`` is evaluated at export (``_lower_dequantize``) and
 the layer runs on the float weight, computing what torchao computes.
 """
 
@@ -61,8 +62,8 @@ def check_quantized_weight(qdata, scale, zero_point, block_size, bits, dtype) ->
     groups = (*rows, columns // group_size)
     if tuple(scale.shape) != groups:
         return f"scales of shape {tuple(scale.shape)} for groups {groups}"
-    if zero_point is not None and (zero_point.dtype.is_floating_point or tuple(zero_point.shape) != groups):
-        return "a floating-point zero point, or one not per group"
+    if zero_point is not None and tuple(zero_point.shape) != groups:
+        return f"zero points of shape {tuple(zero_point.shape)} for groups {groups}"
     return None
 
 
@@ -77,22 +78,34 @@ def _mlx_group_size(group_size: int) -> Optional[int]:
     return next((g for g in MLX_GROUP_SIZES if group_size % g == 0), None)
 
 
-def mlx_layout(qdata, scale, zero_point, group_size: int, bits: int, dtype):
+def mlx_layout(qdata, scale, zero_point, group_size: int, bits: int, dtype, narrow: bool = False):
     """(packed uint32 weights, scales, biases) in MLX's affine layout, for torchao's
     ``(qdata, scale, zero_point)`` quantized per ``group_size`` values of each row (of
-    a matrix, or of each matrix of a stack)."""
+    a matrix, or of each matrix of a stack). ``narrow``: float32 scales and biases that
+    float16 holds exactly (a GGUF file's) are stored as float16, which MLX's matmul
+    widens exactly."""
     *rows, columns = qdata.shape
     mlx_group = _mlx_group_size(group_size)
     offset = 2 ** (bits - 1)
     packed = _bitstream(qdata.to(torch.int64) + offset, bits)
     zero = torch.zeros_like(scale, dtype=torch.float64) if zero_point is None else zero_point.to(torch.float64)
     biases = -scale.to(torch.float64) * (zero + offset)
+    # what the zero point's own float32 rounding leaves uncertain in each bias: 2 ulps of it
+    uncertain = scale.to(torch.float64).abs() * (zero.abs() + offset) * 2.0**-23
     repeat = group_size // mlx_group
-    return (
-        packed,
-        scale.repeat_interleave(repeat, dim=-1).to(dtype).contiguous(),
-        biases.repeat_interleave(repeat, dim=-1).to(dtype).contiguous(),
-    )
+    scales = scale.repeat_interleave(repeat, dim=-1).to(dtype).contiguous()
+    if narrow and dtype == torch.float32 and _held_by_half(scales, 0) and _held_by_half(biases, uncertain):
+        return packed, scales.half(), biases.repeat_interleave(repeat, dim=-1).half().contiguous()
+    return packed, scales, biases.repeat_interleave(repeat, dim=-1).to(dtype).contiguous()
+
+
+def _held_by_half(values, tolerance) -> bool:
+    """Whether float16 holds ``values`` to within ``tolerance`` (each): a GGUF file's
+    biases are its float16 minimums, come back through a float32 zero point; values that
+    merely happen to lie that near float16 ones are as rare as that tolerance is small
+    against float16's spacing (2^-11 of a value)."""
+    half = values.half().to(values.dtype)
+    return bool(torch.isfinite(half).all() and ((half - values).abs() <= tolerance).all())
 
 
 def _bitstream(unsigned, bits: int):
@@ -125,11 +138,12 @@ def _check_layer(args, dtype, dims: int = 2) -> Optional[str]:
     )
 
 
-def packed_weight(ctx, args, dtype):
+def packed_weight(ctx, args, dtype, narrow: bool = False):
     """The constants (slots) of a quantized weight repacked for MLX, and the group size
-    and bits its kernels take, as the fields of a quantized node."""
+    and bits its kernels take, as the fields of a quantized node (``narrow``: of
+    ``mlx_layout``)."""
     values = [ctx.constant_values[a] if a is not None else None for a in (args.qdata, args.scale, args.zero_point)]
-    packed, scales, biases = mlx_layout(*values, args.group_size, args.bits, dtype)
+    packed, scales, biases = mlx_layout(*values, args.group_size, args.bits, dtype, narrow)
     return dict(
         w=ctx.add_constant(packed), scales=ctx.add_constant(scales), biases=ctx.add_constant(biases),
         groupSize=_mlx_group_size(args.group_size), bits=args.bits,
@@ -142,7 +156,7 @@ def _check_linear(node, args):
 
 @lowers("etmlx::quantized_linear", check=_check_linear)
 def _lower_linear(ctx, node, args):
-    out = ctx.emit(QuantizedMatmul, x=ctx.tensor(args.x), **packed_weight(ctx, args, dtype_of(args.x)))
+    out = ctx.emit(QuantizedMatmul, x=ctx.tensor(args.x), **packed_weight(ctx, args, dtype_of(args.x), narrow=True))
     if args.bias is not None:
         out = ctx.emit(Binary, op=BinaryOp.Add, a=out, b=ctx.tensor(args.bias))
     ctx.bind(node, out)

@@ -244,5 +244,33 @@ def test_an_exportable_int4_weight_read_otherwise_is_dequantized_whole():
     assert "QuantizedMatmul" not in lowered.nodes
 
 
+def _with_fractional_zero_points(model):
+    """``model``'s linear weights re-made as a GGUF file's are (``etmlx.gguf_model``):
+    scales float16 holds exactly, zero points fractional, ``-8 - minimum / scale`` of a
+    float16 minimum."""
+    from torchao.quantization import IntxUnpackedToInt8Tensor
+
+    generator = torch.Generator().manual_seed(3)
+    for layer in (model.up, model.down):
+        w = layer.weight
+        scale = w.scale.half().float()
+        minimum = (torch.rand(scale.shape, generator=generator) * -0.1).half().double()
+        zero = (-8 - minimum / scale.double()).float()
+        layer.weight = torch.nn.Parameter(IntxUnpackedToInt8Tensor(
+            qdata=w.qdata, scale=scale, zero_point=zero, target_dtype=w.target_dtype, block_size=w.block_size,
+            dtype=w.dtype, activation_quantization=None), requires_grad=False)
+    return model
+
+
+def test_fractional_zero_points_run_on_mlx_kernels_with_float16_scales_where_exact():
+    ids = torch.tensor([[0, 5, 95, 17]])
+    plain = delegated(_quantized(CONFIGS["int4-g32"], embeddings=False), (ids,), nodes=["QuantizedMatmul"])
+    assert "float16" not in {c["dtype"] for c in _constants(plain)}  # torchao's own scales: float32
+    model = _with_fractional_zero_points(_quantized(CONFIGS["int4-g32"], embeddings=False))
+    lowered = delegated(model, (ids,), nodes=["QuantizedMatmul"])  # and equal to eager
+    assert lowered.nodes.count("QuantizedMatmul") == 2
+    assert sum(c["dtype"] == "float16" for c in _constants(lowered)) == 4  # the scales and biases of both
+
+
 def test_every_quantized_rule_ran():
     assert untested_rules("quantized") == set()
