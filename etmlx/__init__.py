@@ -30,8 +30,8 @@ def export_methods(methods, path, tensor_parallel=None, model=None):
 
 def export_llm(model_dir, output, max_context=None, max_seq_len=128, quantize=None, group_size=64, dtype="float32",
                sample_on_device=False):
-    """A Hugging Face causal-LM checkpoint folder to a ``.pte`` in ExecuTorch's LLM-runner
-    convention, its tokenizer files copied beside it (``etmlx/llm_export.py``)."""
+    """A Hugging Face causal-LM checkpoint folder (or Hub id, or GGUF file) to a ``.pte`` in
+    ExecuTorch's LLM-runner convention, its tokenizer files beside it (``etmlx/llm_export.py``)."""
     from .llm_export import export_llm as _export_llm
 
     return _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_size, dtype, sample_on_device)

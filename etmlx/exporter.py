@@ -3,7 +3,7 @@
 import contextlib
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import ExportError
 
@@ -17,7 +17,9 @@ class ExportResult:
     path: str
     size_bytes: int
     report: object
-    quantized: tuple = ()  # the layers ``quantize=`` quantized, by module name
+    quantized: tuple = ()  # the layers ``quantize=`` (or a GGUF file) quantized, by module name
+    formats: dict = field(default_factory=dict)  # a GGUF file's: {layer: the format it runs in}
+    declined: dict = field(default_factory=dict)  # a GGUF file's: {tensor left float: why}
 
 
 def trace(module, example_inputs, dynamic_shapes=None):

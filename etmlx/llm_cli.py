@@ -4,16 +4,18 @@ Generated text goes to stdout as it is made; statistics and progress go to stder
 import argparse
 import os
 import sys
+from collections import Counter
 
 from .errors import EtMlxError
 from .quantization import CHOICES
 
 
 def add_commands(commands) -> None:
-    export = commands.add_parser("export-llm", help="export a Hugging Face causal LM folder to a .pte "
+    export = commands.add_parser("export-llm", help="export a Hugging Face causal LM folder or a GGUF file to a .pte "
                                  "(ExecuTorch's LLM-runner convention; the tokenizer is copied beside it)")
-    export.add_argument("model", help="a checkpoint folder (config.json, safetensors, tokenizer files), or a Hugging "
-                        "Face Hub id (org/name), found in the Hub's cache or downloaded into it")
+    export.add_argument("model", help="a checkpoint folder (config.json, safetensors, tokenizer files), a Hugging "
+                        "Face Hub id (org/name), found in the Hub's cache or downloaded into it, or a .gguf file "
+                        "(its quantized weights kept: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K where exact)")
     export.add_argument("-o", "--output", required=True, help="the .pte to write")
     export.add_argument("--max-context", type=_positive, help="KV-cache capacity in tokens "
                         "(default: the model's max_position_embeddings, at most 2048)")
@@ -65,6 +67,10 @@ def _export_llm(args) -> int:
     print(f"wrote {result.path} ({result.size_bytes} bytes); {result.report.summary()}")
     if args.quantize:
         print(f"quantized to {args.quantize}: {len(result.quantized)} layer(s)")
+    for runs_as, count in sorted(Counter(result.formats.values()).items()):
+        print(f"{count} layer(s) run {runs_as}")
+    for tensor, reason in result.declined.items():
+        print(f"{tensor}: {reason}")
     if result.tokenizer_files:
         print(f"copied {', '.join(result.tokenizer_files)} beside it")
     else:

@@ -1,11 +1,12 @@
-"""``etmlx export-llm``: a Hugging Face checkpoint (a folder, or a Hub id) to a ``.pte``
-that ExecuTorch's LLM runner and ``etmlx generate`` drive (``etmlx.causal_lm``), with the
-tokenizer files copied beside it."""
+"""``etmlx export-llm``: a Hugging Face checkpoint (a folder, or a Hub id) or a GGUF file to
+a ``.pte`` that ExecuTorch's LLM runner and ``etmlx generate`` drive (``etmlx.causal_lm``),
+with the tokenizer files beside it."""
 
 import os
 import shutil
 import time
 
+from . import gguf_model
 from .errors import ExportError
 
 DEFAULT_MAX_CONTEXT = 2048
@@ -17,8 +18,10 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 def export_llm(model_dir, output, max_context=None, max_seq_len: int = 128, quantize=None, group_size=64,
                dtype: str = "float32", sample_on_device: bool = False, progress=None):
-    """Exports the causal LM in ``model_dir`` (a checkpoint folder, or a Hugging Face Hub
-    id, ``checkpoint_folder``) to ``output``; returns the ExportResult.
+    """Exports the causal LM in ``model_dir`` (a checkpoint folder, a Hugging Face Hub id,
+    ``checkpoint_folder``, or a ``.gguf`` file, its quantized weights kept as they are:
+    ``gguf_model``) to ``output``; returns the ExportResult, whose ``quantized`` names
+    each quantized layer and ``formats`` the format it runs in.
 
     ``max_context``: the KV cache's capacity in tokens (default: the model's
     ``max_position_embeddings``, at most 2048); ``max_seq_len``: the most tokens one call
@@ -35,14 +38,21 @@ def export_llm(model_dir, output, max_context=None, max_seq_len: int = 128, quan
     if dtype not in DTYPES:
         raise ExportError(f"dtype={dtype!r}: expected one of {', '.join(DTYPES)}")
     started = time.perf_counter()
-    model_dir = checkpoint_folder(model_dir)
-    model = _load(model_dir, getattr(torch, dtype))
+    formats, declined, tokenizer = {}, {}, None
+    if gguf_model.is_gguf(model_dir):
+        if quantize is not None:
+            raise ExportError(f"quantize={quantize!r} with a GGUF file: its own quantization is kept (drop --quantize)")
+        loaded = gguf_model.load(model_dir, getattr(torch, dtype))
+        model, tokenizer, formats, declined = loaded.model, loaded.tokenizer, loaded.formats, loaded.declined
+    else:
+        model_dir = checkpoint_folder(model_dir)
+        model = _load(model_dir, getattr(torch, dtype))
     capacity = max_context or min(getattr(model.config, "max_position_embeddings", None) or DEFAULT_MAX_CONTEXT,
                                   DEFAULT_MAX_CONTEXT)
     if not isinstance(capacity, int) or capacity < 1:
         raise ExportError(f"max_context={max_context!r}: expected a number of tokens, 1 or more")
     causal_lm.with_static_cache(model, capacity)
-    quantized = ()
+    quantized = tuple(formats)
     if quantize is not None:
         from .quantization import quantized_copy
 
@@ -54,9 +64,11 @@ def export_llm(model_dir, output, max_context=None, max_seq_len: int = 128, quan
     started = time.perf_counter()
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     result = export_methods(methods, output)
-    result.quantized = tuple(quantized)
+    result.quantized, result.formats, result.declined = tuple(quantized), formats, declined
     report("lower and write", time.perf_counter() - started)
-    result.tokenizer_files = copy_tokenizer(model_dir, os.path.dirname(os.path.abspath(output)))
+    destination = os.path.dirname(os.path.abspath(output))
+    result.tokenizer_files = copy_tokenizer(model_dir, destination) if tokenizer is None \
+        else _saved_tokenizer(tokenizer, destination)
     return result
 
 
@@ -95,6 +107,13 @@ def _load(model_dir, dtype):
     except (ValueError, OSError, KeyError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ExportError(f"transformers cannot load {model_dir} as a causal LM: {reason}") from error
+
+
+def _saved_tokenizer(tokenizer, destination) -> list:
+    """``tokenizer`` (read from a GGUF file's metadata) saved into ``destination``: the
+    names of the files written."""
+    return sorted(os.path.basename(name) for name in tokenizer.save_pretrained(destination)
+                  if os.path.basename(name) in TOKENIZER_FILES)
 
 
 def copy_tokenizer(model_dir, destination) -> list:
