@@ -11,9 +11,12 @@ loaded program against the size of its weights, per runtime.
 ``--group-size``): torchao's weight-only quantization for the .pte and eager PyTorch,
 mlx-lm's own (``nn.quantize``, same bits and group size) of the same float weights for
 mlx-lm. ``--max-cache`` sizes the KV cache (default: the prompt and new tokens, plus 8).
+``--gguf FILE`` takes a Llama GGUF file instead (``etmlx.gguf_model``: its quantized
+blocks kept), mlx-lm getting its dequantized weights quantized by its own means at the
+file's most common width in groups of 32 (``python -m examples.llm_gguf`` writes one).
 
     python bench/bench_llm.py [--hidden 64 --layers 2 --prompt 16 --new-tokens 32]
-                              [--max-cache 2048] [--quantize int4 --group-size 64]
+                              [--max-cache 2048] [--quantize int4 --group-size 64 | --gguf FILE]
 """
 
 import argparse
@@ -22,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
@@ -32,13 +36,14 @@ import torch  # noqa: E402
 from etmlx.runtime_shim.blas import preload_openblas  # noqa: E402
 
 import llm  # noqa: E402
+from etmlx import gguf_model  # noqa: E402
 from etmlx.inspection import inspect_program  # noqa: E402
 from etmlx.quantization import CHOICES, MIXED, quantized_copy  # noqa: E402
 
 
 def mlx_lm_llama(model, quantize=None, group_size=64):
-    """mlx-lm's llama with the Hugging Face model's weights copied in, quantized by
-    mlx-lm's own means when ``quantize`` is given."""
+    """mlx-lm's llama with the Hugging Face model's weights copied in (dequantized where
+    they are quantized), quantized by mlx-lm's own means when ``quantize`` is given."""
     import mlx.nn as nn
     from mlx_lm.models import llama
 
@@ -51,7 +56,8 @@ def mlx_lm_llama(model, quantize=None, group_size=64):
         tie_word_embeddings=False, max_position_embeddings=c.max_position_embeddings,
     )
     reference = llama.Model(args)
-    reference.load_weights([(k, mx.array(v.detach().numpy())) for k, v in model.state_dict().items()])
+    weights = {k: v.dequantize() if hasattr(v, "dequantize") else v for k, v in model.state_dict().items()}
+    reference.load_weights([(k, mx.array(v.detach().float().numpy())) for k, v in weights.items()])
     if quantize in MIXED:  # mlx-lm's own recipe of that name
         from mlx_lm.convert import mixed_quant_predicate_builder
 
@@ -203,18 +209,30 @@ def main() -> None:
     parser.add_argument("--max-cache", type=int, help="KV cache capacity (default: prompt + new tokens + 8)")
     parser.add_argument("--quantize", choices=CHOICES)
     parser.add_argument("--group-size", type=int, default=64)
+    parser.add_argument("--gguf", help="a Llama GGUF file instead of a random model")
     args = parser.parse_args()
     max_cache = args.max_cache or args.prompt + args.new_tokens + 8
-    model = llm.tiny_llama(hidden=args.hidden, layers=args.layers, max_cache=max_cache)
-    exported = model
-    if args.quantize:
-        exported, _ = quantized_copy(model, args.quantize, args.group_size)
+    if args.gguf:
+        loaded = gguf_model.load(args.gguf, torch.float32)
+        model = exported = llm.with_static_cache(loaded.model, max_cache)
+        widths = Counter(f"int{gguf_model.BITS[f.split()[0]]}" for f in loaded.formats.values())
+        args.quantize, args.group_size = widths.most_common(1)[0][0], 32  # mlx-lm's, of the float weights
+        args.hidden, args.layers = model.config.hidden_size, model.config.num_hidden_layers
+        weights_are = f"the GGUF file's ({', '.join(f'{n} {f}' for f, n in Counter(loaded.formats.values()).items())}" \
+                      f"{f'; {len(loaded.declined)} left float' if loaded.declined else ''})"
+    else:
+        model = llm.tiny_llama(hidden=args.hidden, layers=args.layers, max_cache=max_cache)
+        exported = model
+        weights_are = args.quantize or "fp32"
+        if args.quantize:
+            exported, _ = quantized_copy(model, args.quantize, args.group_size)
+            weights_are += f" (groups of {args.group_size})"
     prompt = list(range(3, 3 + args.prompt))
     with tempfile.TemporaryDirectory() as tmp:
         path, whole_cache = os.path.join(tmp, "llm.pte"), os.path.join(tmp, "whole_cache.pte")
         result = etmlx.export_methods(llm.export_methods(exported, args.prompt), path)
         etmlx.export_methods(llm.export_whole_cache_methods(exported, args.prompt), whole_cache)
-        tokenizer = llm.train_tokenizer(model.config.vocab_size)
+        tokenizer = loaded.tokenizer if args.gguf else llm.train_tokenizer(model.config.vocab_size)
         tokenizer_path = os.path.join(tmp, "tokenizer.json")
         tokenizer.backend_tokenizer.save(tokenizer_path)
         prompt = tokenizer.encode(" ".join(llm.CORPUS), add_special_tokens=False)[: args.prompt]
@@ -230,8 +248,7 @@ def main() -> None:
         weights, cache = stored_bytes(path)
         memory = {runtime: resident_memory(path, runtime) for runtime in etmlx.RUNTIMES}
     print(f"Llama hidden {args.hidden}, {args.layers} layers, prompt {args.prompt}, {args.new_tokens} new tokens, "
-          f"max cache {max_cache}, fp32 activations, weights {args.quantize or 'fp32'}"
-          f"{f' (groups of {args.group_size})' if args.quantize else ''}; BLAS: {preload_openblas()}; "
+          f"max cache {max_cache}, fp32 activations, weights {weights_are}; BLAS: {preload_openblas()}; "
           f"{result.report.summary()}")
     compared = ("etmlx python", "etmlx native", "  whole cache", "eager PyTorch")
     same = len({tuple(runs[name][2]) for name in compared}) == 1
@@ -241,7 +258,7 @@ def main() -> None:
     print(f"greedy tokens of the .pte (both runtimes, both forms) identical to eager PyTorch's: {same}; "
           f"ExecuTorch's TextLLMRunner's text {'equal too' if runner_same else 'differs'}; mlx-lm's "
           f"{'equal too' if runs['mlx-lm llama'][2] == runs['eager PyTorch'][2] else 'differ'}"
-          f"{' (its own quantization)' if args.quantize else ''}")
+          f"{f' (its own quantization, {args.quantize} in groups of {args.group_size})' if args.quantize else ''}")
     base_prefill, base_decode, _ = runs["mlx-lm llama"]
     print(f"{'':<16}{'prefill tok/s':>15}{'decode tok/s':>14}{'prefill vs mlx-lm':>19}{'decode vs mlx-lm':>18}")
     for name, (prefill, decode, _) in [*runs.items(), ("TextLLMRunner", runner)]:

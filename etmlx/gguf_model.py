@@ -32,6 +32,7 @@ GROUP = 32  # the values of a row sharing one scale in every layout kept quantiz
 # type name -> bits, for the blocks of 32 values: d (fp16), [m (fp16)], [qh (4 bytes)], qs
 _LEGACY = {"Q4_0": 4, "Q4_1": 4, "Q5_0": 5, "Q5_1": 5, "Q8_0": 8}
 _K_QUANTS = {"Q4_K": 4, "Q5_K": 5, "Q6_K": 6}
+BITS = {**_LEGACY, **_K_QUANTS}  # the types kept quantized, and their widths on MLX
 FLOAT_TYPES = ("F32", "F16", "BF16")
 
 
@@ -80,8 +81,7 @@ def load(path, dtype) -> GgufModel:
         weight = torch.nn.Parameter(quantized, requires_grad=False)
         for tied in _sharing(model, layer.weight):
             tied.weight = weight
-        bits = {**_LEGACY, **_K_QUANTS}[kind]
-        result.formats[module_name] = f"{kind} as int{bits}, groups of {quantized.block_size[-1]}"
+        result.formats[module_name] = f"{kind} as int{BITS[kind]}, groups of {quantized.block_size[-1]}"
     return result
 
 
@@ -159,7 +159,7 @@ def _quantized_weight(tensor, kind: str, loaded, order, dtype):
     from torchao.quantization import IntxUnpackedToInt8Tensor
 
     rows, columns = loaded.shape
-    if kind not in _LEGACY and kind not in _K_QUANTS:
+    if kind not in BITS:
         return None, "no exact layout in MLX's quantized kernels (etmlx runs Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)"
     raw = torch.from_numpy(np.array(tensor.data, dtype=np.uint8).reshape(rows, -1))
     if order is None:
