@@ -1,7 +1,7 @@
 """The programs the fuzzer mutates: small exported models that between them have every
 part of a .pte a reader must check — static and dynamic shapes, mutable buffers, a
 bounds-checked index input, partial delegation (two payloads around a declined call),
-quantized weights, sorting and scattering, rotary embeddings."""
+quantized weights (affine and a float mode), sorting and scattering, rotary embeddings."""
 
 import dataclasses
 import pathlib
@@ -50,11 +50,11 @@ class _PartlyDelegated(torch.nn.Module):
 
 
 class _QuantizedLookup(torch.nn.Module):
-    """Token ids into an embedding, then a linear layer: both int4 (packed uint32 weights)."""
+    """Token ids into an embedding, then a linear layer: both quantized (packed uint32 weights)."""
 
-    def __init__(self):
+    def __init__(self, outputs: int = 8):
         super().__init__()
-        self.embed, self.project = torch.nn.Embedding(16, 64), torch.nn.Linear(64, 8)
+        self.embed, self.project = torch.nn.Embedding(16, 64), torch.nn.Linear(64, outputs)
 
     def forward(self, ids):
         return self.project(self.embed(ids))
@@ -117,6 +117,8 @@ def _factories():
     yield "counter_embedding", _Counter(), (torch.tensor([[1, 2, 3]]),), None
     yield "partly_delegated", _PartlyDelegated(), (torch.randn(3, 8),), None
     yield "quantized_int4", quantized_copy(_QuantizedLookup(), "int4", 32)[0], (torch.tensor([[1, 5, 15]]),), None
+    # MLX's float modes (no biases; nvfp4's per-tensor scale a Mul): the rows of 16 take both
+    yield "quantized_nvfp4", quantized_copy(_QuantizedLookup(16), "nvfp4")[0], (torch.tensor([[1, 5, 15]]),), None
     yield "sorts_and_scatters", _SortsAndScatters(), (torch.randn(3, 6), torch.tensor([[0, 7, 7]] * 3)), None
     yield "rotary", Rotary(), (torch.randn(1, 2, 3, 8), torch.tensor([5])), None
     yield "experts", Experts(), (torch.randn(5, 16),), None

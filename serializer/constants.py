@@ -7,7 +7,8 @@ Format versions: 1, the first format. 2: CheckIndex (bounds-checked run-time ind
 Atan2, and Sort. 4: Rope (rotary embeddings fused into mx.fast.rope), IndexPut's
 ``reduce``. 5: ArgSort (sort and topk indices), GatherMm and GatherQmm
 (mixture-of-experts matmuls). 6: AllSum (tensor parallelism across processes).
-7: quantized weights of 3, 5 and 6 bits.
+7: quantized weights of 3, 5 and 6 bits. 8: the float quantization modes (mxfp4, mxfp8,
+nvfp4) of QuantizedMatmul and Dequantize, which have no biases.
 """
 
 # The id ExecuTorch files payloads of this format under: the AOT backend's class name
@@ -15,7 +16,7 @@ Atan2, and Sort. 4: Rope (rotary embeddings fused into mx.fast.rope), IndexPut's
 BACKEND_ID = "EtMlxBackend"
 PAYLOAD_MAGIC = b"EMLX"
 # The payload format this etmlx writes; both readers refuse a newer one by name.
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 # Slot counts past this are refused before a runtime allocates per-slot storage.
 MAX_SLOTS = 1 << 24
 # ETMLX_MAX_ARRAY_BYTES's default: the largest array one MLX node may make.
@@ -23,6 +24,9 @@ DEFAULT_MAX_ARRAY_BYTES = 16 << 30
 # The widths and group sizes of quantized weights both runtimes take: what mx.quantize packs.
 QUANTIZED_BITS = (2, 3, 4, 5, 6, 8)
 QUANTIZED_GROUP_SIZES = (32, 64, 128)
+# The float modes' (QuantMode 1, 2, 3) one width and group size each: MLX's.
+QUANTIZED_FLOAT_BITS = (4, 8, 4)
+QUANTIZED_FLOAT_GROUP_SIZES = (32, 32, 16)
 # What the native backend's last error was, by value (its C interface; etmlx.native
 # raises the matching Python error).
 ERROR_KINDS = ("None", "Format", "Version", "Input", "IndexRange", "Memory", "Other")

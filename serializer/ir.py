@@ -5,6 +5,7 @@ import re
 
 from .generated.etmlx_ir import DType as _dtype
 from .generated.etmlx_ir import Op as _op
+from .generated.etmlx_ir.QuantMode import QuantMode
 from .generated.etmlx_ir import IntOrSlot as _int_or_slot
 from .generated.etmlx_ir import Tid as _tid
 
@@ -16,6 +17,7 @@ def enum_names(enum_class) -> dict:
 
 OP_NAMES = {value: name for value, name in enum_names(_op.Op).items() if name != "NONE"}
 DTYPE_NAMES = enum_names(_dtype.DType)
+QUANT_MODE_NAMES = {value: name.lower() for value, name in enum_names(QuantMode).items()}  # MLX's: "affine", ...
 # The one table of IR dtypes: each by torch's name for it (torch.<name>); the lowering
 # and the Python runtime derive their torch, mlx and numpy tables from it.
 TORCH_DTYPE_NAMES = {

@@ -156,10 +156,11 @@ def generate_cpp_constants(out_dir: pathlib.Path) -> None:
              f"inline constexpr uint32_t kFormatVersion = {c.FORMAT_VERSION};",
              f"inline constexpr uint32_t kMaxSlots = {c.MAX_SLOTS};",
              f"inline constexpr uint64_t kDefaultMaxArrayBytes = {c.DEFAULT_MAX_ARRAY_BYTES};",
-             f"inline constexpr std::array<int, {len(c.QUANTIZED_BITS)}> kQuantizedBits = "
-             f"{{{', '.join(map(str, c.QUANTIZED_BITS))}}};",
-             f"inline constexpr std::array<int, {len(c.QUANTIZED_GROUP_SIZES)}> kQuantizedGroupSizes = "
-             f"{{{', '.join(map(str, c.QUANTIZED_GROUP_SIZES))}}};",
+             *(f"inline constexpr std::array<int, {len(values)}> {name} = {{{', '.join(map(str, values))}}};"
+               for name, values in (("kQuantizedBits", c.QUANTIZED_BITS),
+                                    ("kQuantizedGroupSizes", c.QUANTIZED_GROUP_SIZES),
+                                    ("kQuantizedFloatBits", c.QUANTIZED_FLOAT_BITS),
+                                    ("kQuantizedFloatGroupSizes", c.QUANTIZED_FLOAT_GROUP_SIZES))),
              "", "// The last error's kind, through the C interface (c_api.cpp).",
              f"enum class ErrorKind : int {{ {kinds} }};", "", "}  // namespace etmlx::native"]
     out_dir.mkdir(parents=True, exist_ok=True)

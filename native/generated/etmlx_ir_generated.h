@@ -591,6 +591,42 @@ inline const char *EnumNameScatterReduce(ScatterReduce e) {
   return EnumNamesScatterReduce()[index];
 }
 
+enum class QuantMode : int8_t {
+  Affine = 0,
+  Mxfp4 = 1,
+  Mxfp8 = 2,
+  Nvfp4 = 3,
+  MIN = Affine,
+  MAX = Nvfp4
+};
+
+inline const QuantMode (&EnumValuesQuantMode())[4] {
+  static const QuantMode values[] = {
+    QuantMode::Affine,
+    QuantMode::Mxfp4,
+    QuantMode::Mxfp8,
+    QuantMode::Nvfp4
+  };
+  return values;
+}
+
+inline const char * const *EnumNamesQuantMode() {
+  static const char * const names[5] = {
+    "Affine",
+    "Mxfp4",
+    "Mxfp8",
+    "Nvfp4",
+    nullptr
+  };
+  return names;
+}
+
+inline const char *EnumNameQuantMode(QuantMode e) {
+  if (::flatbuffers::IsOutRange(e, QuantMode::Affine, QuantMode::Nvfp4)) return "";
+  const size_t index = static_cast<size_t>(e);
+  return EnumNamesQuantMode()[index];
+}
+
 enum class ReduceOp : int8_t {
   Sum = 0,
   Mean = 1,
@@ -3345,7 +3381,9 @@ struct QuantizedMatmul FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_BIASES = 10,
     VT_GROUP_SIZE = 12,
     VT_BITS = 14,
-    VT_OUT = 16
+    VT_OUT = 16,
+    VT_HAS_BIASES = 18,
+    VT_MODE = 20
   };
   const etmlx_ir::Tid *x() const {
     return GetStruct<const etmlx_ir::Tid *>(VT_X);
@@ -3368,6 +3406,12 @@ struct QuantizedMatmul FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const etmlx_ir::Tid *out() const {
     return GetStruct<const etmlx_ir::Tid *>(VT_OUT);
   }
+  bool has_biases() const {
+    return GetField<uint8_t>(VT_HAS_BIASES, 1) != 0;
+  }
+  etmlx_ir::QuantMode mode() const {
+    return static_cast<etmlx_ir::QuantMode>(GetField<int8_t>(VT_MODE, 0));
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -3378,6 +3422,8 @@ struct QuantizedMatmul FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyField<int32_t>(verifier, VT_GROUP_SIZE, 4) &&
            VerifyField<int32_t>(verifier, VT_BITS, 4) &&
            VerifyField<etmlx_ir::Tid>(verifier, VT_OUT, 4) &&
+           VerifyField<uint8_t>(verifier, VT_HAS_BIASES, 1) &&
+           VerifyField<int8_t>(verifier, VT_MODE, 1) &&
            verifier.EndTable();
   }
 };
@@ -3407,6 +3453,12 @@ struct QuantizedMatmulBuilder {
   void add_out(const etmlx_ir::Tid *out) {
     fbb_.AddStruct(QuantizedMatmul::VT_OUT, out);
   }
+  void add_has_biases(bool has_biases) {
+    fbb_.AddElement<uint8_t>(QuantizedMatmul::VT_HAS_BIASES, static_cast<uint8_t>(has_biases), 1);
+  }
+  void add_mode(etmlx_ir::QuantMode mode) {
+    fbb_.AddElement<int8_t>(QuantizedMatmul::VT_MODE, static_cast<int8_t>(mode), 0);
+  }
   explicit QuantizedMatmulBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -3426,7 +3478,9 @@ inline ::flatbuffers::Offset<QuantizedMatmul> CreateQuantizedMatmul(
     const etmlx_ir::Tid *biases = nullptr,
     int32_t group_size = 0,
     int32_t bits = 0,
-    const etmlx_ir::Tid *out = nullptr) {
+    const etmlx_ir::Tid *out = nullptr,
+    bool has_biases = true,
+    etmlx_ir::QuantMode mode = etmlx_ir::QuantMode::Affine) {
   QuantizedMatmulBuilder builder_(_fbb);
   builder_.add_out(out);
   builder_.add_bits(bits);
@@ -3435,6 +3489,8 @@ inline ::flatbuffers::Offset<QuantizedMatmul> CreateQuantizedMatmul(
   builder_.add_scales(scales);
   builder_.add_w(w);
   builder_.add_x(x);
+  builder_.add_mode(mode);
+  builder_.add_has_biases(has_biases);
   return builder_.Finish();
 }
 
@@ -3449,7 +3505,9 @@ struct Dequantize FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_BIASES = 8,
     VT_GROUP_SIZE = 10,
     VT_BITS = 12,
-    VT_OUT = 14
+    VT_OUT = 14,
+    VT_HAS_BIASES = 16,
+    VT_MODE = 18
   };
   const etmlx_ir::Tid *w() const {
     return GetStruct<const etmlx_ir::Tid *>(VT_W);
@@ -3469,6 +3527,12 @@ struct Dequantize FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const etmlx_ir::Tid *out() const {
     return GetStruct<const etmlx_ir::Tid *>(VT_OUT);
   }
+  bool has_biases() const {
+    return GetField<uint8_t>(VT_HAS_BIASES, 1) != 0;
+  }
+  etmlx_ir::QuantMode mode() const {
+    return static_cast<etmlx_ir::QuantMode>(GetField<int8_t>(VT_MODE, 0));
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -3478,6 +3542,8 @@ struct Dequantize FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyField<int32_t>(verifier, VT_GROUP_SIZE, 4) &&
            VerifyField<int32_t>(verifier, VT_BITS, 4) &&
            VerifyField<etmlx_ir::Tid>(verifier, VT_OUT, 4) &&
+           VerifyField<uint8_t>(verifier, VT_HAS_BIASES, 1) &&
+           VerifyField<int8_t>(verifier, VT_MODE, 1) &&
            verifier.EndTable();
   }
 };
@@ -3504,6 +3570,12 @@ struct DequantizeBuilder {
   void add_out(const etmlx_ir::Tid *out) {
     fbb_.AddStruct(Dequantize::VT_OUT, out);
   }
+  void add_has_biases(bool has_biases) {
+    fbb_.AddElement<uint8_t>(Dequantize::VT_HAS_BIASES, static_cast<uint8_t>(has_biases), 1);
+  }
+  void add_mode(etmlx_ir::QuantMode mode) {
+    fbb_.AddElement<int8_t>(Dequantize::VT_MODE, static_cast<int8_t>(mode), 0);
+  }
   explicit DequantizeBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -3522,7 +3594,9 @@ inline ::flatbuffers::Offset<Dequantize> CreateDequantize(
     const etmlx_ir::Tid *biases = nullptr,
     int32_t group_size = 0,
     int32_t bits = 0,
-    const etmlx_ir::Tid *out = nullptr) {
+    const etmlx_ir::Tid *out = nullptr,
+    bool has_biases = true,
+    etmlx_ir::QuantMode mode = etmlx_ir::QuantMode::Affine) {
   DequantizeBuilder builder_(_fbb);
   builder_.add_out(out);
   builder_.add_bits(bits);
@@ -3530,6 +3604,8 @@ inline ::flatbuffers::Offset<Dequantize> CreateDequantize(
   builder_.add_biases(biases);
   builder_.add_scales(scales);
   builder_.add_w(w);
+  builder_.add_mode(mode);
+  builder_.add_has_biases(has_biases);
   return builder_.Finish();
 }
 
@@ -6373,6 +6449,28 @@ inline const ::flatbuffers::TypeTable *ScatterReduceTypeTable() {
   return &tt;
 }
 
+inline const ::flatbuffers::TypeTable *QuantModeTypeTable() {
+  static const ::flatbuffers::TypeCode type_codes[] = {
+    { ::flatbuffers::ET_CHAR, 0, 0 },
+    { ::flatbuffers::ET_CHAR, 0, 0 },
+    { ::flatbuffers::ET_CHAR, 0, 0 },
+    { ::flatbuffers::ET_CHAR, 0, 0 }
+  };
+  static const ::flatbuffers::TypeFunction type_refs[] = {
+    etmlx_ir::QuantModeTypeTable
+  };
+  static const char * const names[] = {
+    "Affine",
+    "Mxfp4",
+    "Mxfp8",
+    "Nvfp4"
+  };
+  static const ::flatbuffers::TypeTable tt = {
+    ::flatbuffers::ST_ENUM, 4, type_codes, type_refs, nullptr, nullptr, names
+  };
+  return &tt;
+}
+
 inline const ::flatbuffers::TypeTable *ReduceOpTypeTable() {
   static const ::flatbuffers::TypeCode type_codes[] = {
     { ::flatbuffers::ET_CHAR, 0, 0 },
@@ -7267,10 +7365,13 @@ inline const ::flatbuffers::TypeTable *QuantizedMatmulTypeTable() {
     { ::flatbuffers::ET_SEQUENCE, 0, 0 },
     { ::flatbuffers::ET_INT, 0, -1 },
     { ::flatbuffers::ET_INT, 0, -1 },
-    { ::flatbuffers::ET_SEQUENCE, 0, 0 }
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_BOOL, 0, -1 },
+    { ::flatbuffers::ET_CHAR, 0, 1 }
   };
   static const ::flatbuffers::TypeFunction type_refs[] = {
-    etmlx_ir::TidTypeTable
+    etmlx_ir::TidTypeTable,
+    etmlx_ir::QuantModeTypeTable
   };
   static const char * const names[] = {
     "x",
@@ -7279,10 +7380,12 @@ inline const ::flatbuffers::TypeTable *QuantizedMatmulTypeTable() {
     "biases",
     "group_size",
     "bits",
-    "out"
+    "out",
+    "has_biases",
+    "mode"
   };
   static const ::flatbuffers::TypeTable tt = {
-    ::flatbuffers::ST_TABLE, 7, type_codes, type_refs, nullptr, nullptr, names
+    ::flatbuffers::ST_TABLE, 9, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }
@@ -7294,10 +7397,13 @@ inline const ::flatbuffers::TypeTable *DequantizeTypeTable() {
     { ::flatbuffers::ET_SEQUENCE, 0, 0 },
     { ::flatbuffers::ET_INT, 0, -1 },
     { ::flatbuffers::ET_INT, 0, -1 },
-    { ::flatbuffers::ET_SEQUENCE, 0, 0 }
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_BOOL, 0, -1 },
+    { ::flatbuffers::ET_CHAR, 0, 1 }
   };
   static const ::flatbuffers::TypeFunction type_refs[] = {
-    etmlx_ir::TidTypeTable
+    etmlx_ir::TidTypeTable,
+    etmlx_ir::QuantModeTypeTable
   };
   static const char * const names[] = {
     "w",
@@ -7305,10 +7411,12 @@ inline const ::flatbuffers::TypeTable *DequantizeTypeTable() {
     "biases",
     "group_size",
     "bits",
-    "out"
+    "out",
+    "has_biases",
+    "mode"
   };
   static const ::flatbuffers::TypeTable tt = {
-    ::flatbuffers::ST_TABLE, 6, type_codes, type_refs, nullptr, nullptr, names
+    ::flatbuffers::ST_TABLE, 8, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }

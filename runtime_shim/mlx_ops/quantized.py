@@ -1,20 +1,49 @@
 """Weight-only quantized kernels: QuantizedMatmul (a linear layer's weight), Dequantize
-(rows gathered from a quantized embedding) and GatherQmm (quantized experts). MLX checks that the packed
-weights, scales and biases agree in shape and dtype; the parameters are checked here."""
+(rows gathered from a quantized embedding) and GatherQmm (quantized experts), in MLX's
+affine mode or one of its float modes (mxfp4, mxfp8, nvfp4: no biases). MLX checks that
+the packed weights, scales and biases agree in shape and dtype; the parameters are
+checked here."""
 
 import mlx.core as mx
 
 from etmlx.serializer.constants import QUANTIZED_BITS as BITS
+from etmlx.serializer.constants import QUANTIZED_FLOAT_BITS as FLOAT_BITS
+from etmlx.serializer.constants import QUANTIZED_FLOAT_GROUP_SIZES as FLOAT_GROUP_SIZES
 from etmlx.serializer.constants import QUANTIZED_GROUP_SIZES as GROUP_SIZES
+from etmlx.serializer.generated.etmlx_ir.QuantMode import QuantMode
+from etmlx.serializer.ir import QUANT_MODE_NAMES as MODES
 
 from .matmul import clamped_expert_indices
 
 
 def _parameters(op) -> dict:
-    if op.bits not in BITS or op.groupSize not in GROUP_SIZES:
+    mode = getattr(op, "mode", QuantMode.Affine)
+    if mode != QuantMode.Affine:
+        expected = FLOAT_BITS[mode - 1], FLOAT_GROUP_SIZES[mode - 1]
+        if (op.bits, op.groupSize) != expected or getattr(op, "hasBiases", False):
+            raise ValueError(f"{MODES[mode]} weights of {op.bits} bits in groups of {op.groupSize}"
+                             f"{' with biases' if op.hasBiases else ''} ({MODES[mode]} is {expected[0]} bits in "
+                             f"groups of {expected[1]}, without biases)")
+    elif op.bits not in BITS or op.groupSize not in GROUP_SIZES or not getattr(op, "hasBiases", True):
         raise ValueError(f"quantized weights of {op.bits} bits in groups of {op.groupSize} (etmlx writes bits "
-                         f"{', '.join(map(str, BITS))} and groups of {', '.join(map(str, GROUP_SIZES))})")
-    return dict(group_size=op.groupSize, bits=op.bits)
+                         f"{', '.join(map(str, BITS))} and groups of {', '.join(map(str, GROUP_SIZES))}, with biases)")
+    return dict(group_size=op.groupSize, bits=op.bits, mode=MODES[mode])
+
+
+def _biases(op, env):
+    return env.t(op.biases) if getattr(op, "hasBiases", True) else None
+
+
+def _quantized_matmul(op, env):
+    parameters = _parameters(op)
+    return mx.quantized_matmul(env.t(op.x), env.t(op.w), env.t(op.scales), _biases(op, env), transpose=True,
+                               **parameters)
+
+
+def _dequantize(op, env):
+    parameters = _parameters(op)
+    exact = {} if parameters["mode"] == "affine" else {"dtype": mx.float32}  # MLX's default: bfloat16
+    return mx.dequantize(env.t(op.w), env.t(op.scales), _biases(op, env), **parameters, **exact)
 
 
 def _gather_qmm(op, env):
@@ -28,10 +57,4 @@ def _gather_qmm(op, env):
     )
 
 
-HANDLERS = {
-    "QuantizedMatmul": lambda op, env: mx.quantized_matmul(
-        env.t(op.x), env.t(op.w), env.t(op.scales), env.t(op.biases), transpose=True, **_parameters(op)
-    ),
-    "Dequantize": lambda op, env: mx.dequantize(env.t(op.w), env.t(op.scales), env.t(op.biases), **_parameters(op)),
-    "GatherQmm": _gather_qmm,
-}
+HANDLERS = {"QuantizedMatmul": _quantized_matmul, "Dequantize": _dequantize, "GatherQmm": _gather_qmm}

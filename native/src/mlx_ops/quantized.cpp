@@ -1,7 +1,11 @@
 // Weight-only quantized kernels: QuantizedMatmul (a linear layer's weight), Dequantize
-// (rows gathered from a quantized embedding) and GatherQmm (quantized experts). MLX checks that the packed
-// weights, scales and biases agree in shape and dtype; the parameters are checked here.
+// (rows gathered from a quantized embedding) and GatherQmm (quantized experts), in MLX's
+// affine mode or one of its float modes (mxfp4, mxfp8, nvfp4: no biases). MLX checks that
+// the packed weights, scales and biases agree in shape and dtype; the parameters are
+// checked here.
 #include <algorithm>
+#include <array>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -15,44 +19,69 @@ namespace etmlx::native {
 
 namespace {
 
+// MLX's names of the QuantMode values (the validator has checked the value is one).
+constexpr std::array<const char*, 4> kModeNames = {"affine", "mxfp4", "mxfp8", "nvfp4"};
+
 struct Quantization {
   int group_size;
   int bits;
+  std::string mode;
 };
 
-template <class Table>
-Quantization quantization(const Table& op) {
-  const int bits = op.bits();
-  const int group_size = op.group_size();
-  if (std::ranges::find(kQuantizedBits, bits) == kQuantizedBits.end() ||
-      std::ranges::find(kQuantizedGroupSizes, group_size) == kQuantizedGroupSizes.end()) {
-    const auto list = [](const auto& values) {
-      std::string text;
-      for (int v : values) {
-        text += (text.empty() ? "" : ", ") + std::to_string(v);
-      }
-      return text;
-    };
+std::string list(const auto& values) {
+  std::string text;
+  for (int v : values) {
+    text += (text.empty() ? "" : ", ") + std::to_string(v);
+  }
+  return text;
+}
+
+Quantization checked(int group_size, int bits, etmlx_ir::QuantMode mode, bool has_biases) {
+  const auto index = static_cast<size_t>(mode);
+  if (index >= kModeNames.size()) {
+    throw std::invalid_argument("quantization mode " + std::to_string(index) + " (etmlx writes 0 to 3)");
+  }
+  if (mode != etmlx_ir::QuantMode::Affine) {
+    const int expected_bits = kQuantizedFloatBits[index - 1];
+    const int expected_group = kQuantizedFloatGroupSizes[index - 1];
+    if (bits != expected_bits || group_size != expected_group || has_biases) {
+      throw std::invalid_argument(std::string(kModeNames[index]) + " weights of " + std::to_string(bits) +
+                                  " bits in groups of " + std::to_string(group_size) +
+                                  (has_biases ? " with biases" : "") + " (" + kModeNames[index] + " is " +
+                                  std::to_string(expected_bits) + " bits in groups of " +
+                                  std::to_string(expected_group) + ", without biases)");
+    }
+  } else if (std::ranges::find(kQuantizedBits, bits) == kQuantizedBits.end() ||
+             std::ranges::find(kQuantizedGroupSizes, group_size) == kQuantizedGroupSizes.end() || !has_biases) {
     throw std::invalid_argument("quantized weights of " + std::to_string(bits) + " bits in groups of " +
                                 std::to_string(group_size) + " (etmlx writes bits " + list(kQuantizedBits) +
-                                " and groups of " + list(kQuantizedGroupSizes) + ")");
+                                " and groups of " + list(kQuantizedGroupSizes) + ", with biases)");
   }
-  return {group_size, bits};
+  return {group_size, bits, kModeNames[index]};
+}
+
+template <class Table>
+std::optional<mx::array> biases(const Table& op, Env& env) {
+  return op.has_biases() ? std::optional<mx::array>(env.t(op.biases())) : std::nullopt;
 }
 
 mx::array quantized_matmul(const etmlx_ir::QuantizedMatmul& op, Env& env) {
-  const auto [group_size, bits] = quantization(op);
-  return mx::quantized_matmul(env.t(op.x()), env.t(op.w()), env.t(op.scales()), env.t(op.biases()),
-                              /*transpose=*/true, group_size, bits);
+  const auto [group_size, bits, mode] = checked(op.group_size(), op.bits(), op.mode(), op.has_biases());
+  return mx::quantized_matmul(env.t(op.x()), env.t(op.w()), env.t(op.scales()), biases(op, env),
+                              /*transpose=*/true, group_size, bits, mode);
 }
 
 mx::array dequantize(const etmlx_ir::Dequantize& op, Env& env) {
-  const auto [group_size, bits] = quantization(op);
-  return mx::dequantize(env.t(op.w()), env.t(op.scales()), env.t(op.biases()), group_size, bits);
+  const auto [group_size, bits, mode] = checked(op.group_size(), op.bits(), op.mode(), op.has_biases());
+  // The float modes' values are exact in float32 (MLX's default would be bfloat16).
+  const std::optional<mx::Dtype> dtype =
+      op.mode() == etmlx_ir::QuantMode::Affine ? std::nullopt : std::optional<mx::Dtype>(mx::float32);
+  return mx::dequantize(env.t(op.w()), env.t(op.scales()), biases(op, env), group_size, bits, mode, std::nullopt,
+                        dtype);
 }
 
 mx::array gather_qmm(const etmlx_ir::GatherQmm& op, Env& env) {
-  const auto [group_size, bits] = quantization(op);
+  const auto [group_size, bits, mode] = checked(op.group_size(), op.bits(), etmlx_ir::QuantMode::Affine, true);
   const mx::array& w = env.t(op.w());
   if (w.ndim() != 3) {
     throw std::invalid_argument("gather_qmm over packed weights of " + std::to_string(w.ndim()) +
@@ -60,7 +89,7 @@ mx::array gather_qmm(const etmlx_ir::GatherQmm& op, Env& env) {
   }
   const mx::array safe = clamped_expert_indices(env.t(op.rhs_indices()), w.shape(0), "gather_qmm");
   return mx::gather_qmm(env.t(op.x()), w, env.t(op.scales()), env.t(op.biases()), std::nullopt, safe,
-                        op.transpose(), group_size, bits);
+                        op.transpose(), group_size, bits, mode);
 }
 
 }  // namespace

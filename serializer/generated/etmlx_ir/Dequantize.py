@@ -83,8 +83,22 @@ class Dequantize(object):
             return obj
         return None
 
+    # Dequantize
+    def HasBiases(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return True
+
+    # Dequantize
+    def Mode(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int8Flags, o + self._tab.Pos)
+        return 0
+
 def DequantizeStart(builder):
-    builder.StartObject(6)
+    builder.StartObject(8)
 
 def Start(builder):
     DequantizeStart(builder)
@@ -125,6 +139,18 @@ def DequantizeAddOut(builder, out):
 def AddOut(builder, out):
     DequantizeAddOut(builder, out)
 
+def DequantizeAddHasBiases(builder, hasBiases):
+    builder.PrependBoolSlot(6, hasBiases, 1)
+
+def AddHasBiases(builder, hasBiases):
+    DequantizeAddHasBiases(builder, hasBiases)
+
+def DequantizeAddMode(builder, mode):
+    builder.PrependInt8Slot(7, mode, 0)
+
+def AddMode(builder, mode):
+    DequantizeAddMode(builder, mode)
+
 def DequantizeEnd(builder):
     return builder.EndObject()
 
@@ -148,6 +174,8 @@ class DequantizeT(object):
         groupSize = 0,
         bits = 0,
         out = None,
+        hasBiases = True,
+        mode = 0,
     ):
         self.w = w  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
         self.scales = scales  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
@@ -155,6 +183,8 @@ class DequantizeT(object):
         self.groupSize = groupSize  # type: int
         self.bits = bits  # type: int
         self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.hasBiases = hasBiases  # type: bool
+        self.mode = mode  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -187,6 +217,8 @@ class DequantizeT(object):
         self.bits = dequantize.Bits()
         if dequantize.Out() is not None:
             self.out = etmlx.serializer.generated.etmlx_ir.Tid.TidT.InitFromObj(dequantize.Out())
+        self.hasBiases = dequantize.HasBiases()
+        self.mode = dequantize.Mode()
 
     # DequantizeT
     def Pack(self, builder):
@@ -205,5 +237,7 @@ class DequantizeT(object):
         if self.out is not None:
             out = self.out.Pack(builder)
             DequantizeAddOut(builder, out)
+        DequantizeAddHasBiases(builder, self.hasBiases)
+        DequantizeAddMode(builder, self.mode)
         dequantize = DequantizeEnd(builder)
         return dequantize

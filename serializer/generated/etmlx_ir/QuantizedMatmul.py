@@ -94,8 +94,22 @@ class QuantizedMatmul(object):
             return obj
         return None
 
+    # QuantizedMatmul
+    def HasBiases(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return True
+
+    # QuantizedMatmul
+    def Mode(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int8Flags, o + self._tab.Pos)
+        return 0
+
 def QuantizedMatmulStart(builder):
-    builder.StartObject(7)
+    builder.StartObject(9)
 
 def Start(builder):
     QuantizedMatmulStart(builder)
@@ -142,6 +156,18 @@ def QuantizedMatmulAddOut(builder, out):
 def AddOut(builder, out):
     QuantizedMatmulAddOut(builder, out)
 
+def QuantizedMatmulAddHasBiases(builder, hasBiases):
+    builder.PrependBoolSlot(7, hasBiases, 1)
+
+def AddHasBiases(builder, hasBiases):
+    QuantizedMatmulAddHasBiases(builder, hasBiases)
+
+def QuantizedMatmulAddMode(builder, mode):
+    builder.PrependInt8Slot(8, mode, 0)
+
+def AddMode(builder, mode):
+    QuantizedMatmulAddMode(builder, mode)
+
 def QuantizedMatmulEnd(builder):
     return builder.EndObject()
 
@@ -166,6 +192,8 @@ class QuantizedMatmulT(object):
         groupSize = 0,
         bits = 0,
         out = None,
+        hasBiases = True,
+        mode = 0,
     ):
         self.x = x  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
         self.w = w  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
@@ -174,6 +202,8 @@ class QuantizedMatmulT(object):
         self.groupSize = groupSize  # type: int
         self.bits = bits  # type: int
         self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
+        self.hasBiases = hasBiases  # type: bool
+        self.mode = mode  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -208,6 +238,8 @@ class QuantizedMatmulT(object):
         self.bits = quantizedMatmul.Bits()
         if quantizedMatmul.Out() is not None:
             self.out = etmlx.serializer.generated.etmlx_ir.Tid.TidT.InitFromObj(quantizedMatmul.Out())
+        self.hasBiases = quantizedMatmul.HasBiases()
+        self.mode = quantizedMatmul.Mode()
 
     # QuantizedMatmulT
     def Pack(self, builder):
@@ -229,5 +261,7 @@ class QuantizedMatmulT(object):
         if self.out is not None:
             out = self.out.Pack(builder)
             QuantizedMatmulAddOut(builder, out)
+        QuantizedMatmulAddHasBiases(builder, self.hasBiases)
+        QuantizedMatmulAddMode(builder, self.mode)
         quantizedMatmul = QuantizedMatmulEnd(builder)
         return quantizedMatmul
