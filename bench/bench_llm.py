@@ -10,7 +10,8 @@ loaded program against the size of its weights, per runtime.
 ``--quantize int4|int8`` quantizes the weights (linear layers and embeddings, groups of
 ``--group-size``): torchao's weight-only quantization for the .pte and eager PyTorch,
 mlx-lm's own (``nn.quantize``, same bits and group size) of the same float weights for
-mlx-lm. ``--max-cache`` sizes the KV cache (default: the prompt and new tokens, plus 8).
+mlx-lm; ``mxfp8``/``nvfp4``: ExecuTorch's exportable configs, and MLX's own mode of that
+name for mlx-lm. ``--max-cache`` sizes the KV cache (default: the prompt and new tokens, plus 8).
 ``--gguf FILE`` takes a Llama GGUF file instead (``etmlx.gguf_model``: its quantized
 blocks kept), mlx-lm getting its dequantized weights quantized by its own means at the
 file's most common width in groups of 32 (``python -m examples.llm_gguf`` writes one).
@@ -38,7 +39,7 @@ from etmlx.runtime_shim.blas import preload_openblas  # noqa: E402
 import llm  # noqa: E402
 from etmlx import gguf_model  # noqa: E402
 from etmlx.inspection import inspect_program  # noqa: E402
-from etmlx.quantization import CHOICES, MIXED, quantized_copy  # noqa: E402
+from etmlx.quantization import CHOICES, FLOAT_SCHEMES, MIXED, quantized_copy  # noqa: E402
 
 
 def mlx_lm_llama(model, quantize=None, group_size=64):
@@ -64,6 +65,8 @@ def mlx_lm_llama(model, quantize=None, group_size=64):
         recipe = mixed_quant_predicate_builder(quantize, reference, group_size)
         nn.quantize(reference, group_size=group_size,
                     class_predicate=lambda path, m: hasattr(m, "to_quantized") and recipe(path, m))
+    elif quantize in FLOAT_SCHEMES:  # MLX's float mode of that name, at its own group size
+        nn.quantize(reference, group_size=FLOAT_SCHEMES[quantize], bits=8 if quantize == "mxfp8" else 4, mode=quantize)
     elif quantize:
         nn.quantize(reference, group_size=group_size, bits=int(quantize[3:]))
     mx.eval(reference.parameters())
@@ -212,6 +215,7 @@ def main() -> None:
     parser.add_argument("--gguf", help="a Llama GGUF file instead of a random model")
     args = parser.parse_args()
     max_cache = args.max_cache or args.prompt + args.new_tokens + 8
+    args.group_size = FLOAT_SCHEMES.get(args.quantize, args.group_size)  # a float mode's own
     if args.gguf:
         loaded = gguf_model.load(args.gguf, torch.float32)
         model = exported = llm.with_static_cache(loaded.model, max_cache)

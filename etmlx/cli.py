@@ -21,9 +21,11 @@ def main(argv=None) -> int:
     export.add_argument("-o", "--output", required=True, help="the .pte to write")
     export.add_argument("--report", action="store_true", help="print, per operator, what MLX took and why not")
     export.add_argument("--quantize", choices=CHOICES, help="quantize the weights of linear layers and "
-                        "embeddings (torchao weight-only) to run on MLX's quantized kernels")
+                        "embeddings (torchao weight-only; mxfp8, nvfp4: ExecuTorch's configs) to run on MLX's "
+                        "quantized kernels")
     export.add_argument("--group-size", type=_group_size, default=64,
-                        help="values per quantization group, a multiple of 32, or 'channel' for one per row (default 64)")
+                        help="values per quantization group, a multiple of 32, or 'channel' for one per row "
+                        "(default 64; mxfp8 and nvfp4 have their own, 32 and 16)")
     export.add_argument("--no-quantize-embeddings", dest="quantize_embeddings", action="store_false",
                         help="with --quantize: keep embeddings in float")
     export.add_argument("--tensor-parallel", type=_ranks, metavar="N",

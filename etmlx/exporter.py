@@ -162,8 +162,8 @@ def _not_in_edge_dialect(error, report) -> str:
     MLX declined, say), in one line, with MLX's reason where it declined the call."""
     first = next((line for line in str(error).splitlines() if line.strip()), "").strip().rstrip('".')
     reasons = [
-        f"{operator}: {reason}" for operator, entry in report.operators.items() for _, reason in entry.decomposed
-        if operator.replace("::", ".") in first
+        f"{operator}: {reason}" for operator, entry in report.operators.items()
+        for _, reason in (*entry.decomposed, *entry.declined) if operator.replace("::", ".") in first
     ]
     because = f"; MLX declined it ({'; '.join(sorted(set(reasons)))})" if reasons else ""
     return f"ExecuTorch cannot take this program: {first}{because}"

@@ -6,7 +6,8 @@ import textwrap
 from etmlx.runtime_shim.describe import describe
 from etmlx.runtime_shim.pte_file import read_pte
 from etmlx.serializer import BACKEND_ID, deserialize, node_type
-from etmlx.serializer.ir import DTYPE_NAMES
+from etmlx.serializer.generated.etmlx_ir.QuantMode import QuantMode
+from etmlx.serializer.ir import DTYPE_NAMES, QUANT_MODE_NAMES
 
 
 def inspect_program(path_or_bytes) -> dict:
@@ -74,7 +75,8 @@ def _delegate(pte, delegate) -> dict:
 
 def _quantized_weights(graph) -> list:
     """Per quantized weight a node reads, in execution order: its node, the format it runs
-    in (``int4``, groups of 64) and its logical shape (the packed words unpacked)."""
+    in (``int4``, groups of 64; ``mxfp8``, groups of 32) and its logical shape (the packed
+    words unpacked)."""
     shapes = {c.slot: list(c.shape or []) for c in graph.constants or []}
     gathered = {node.op.out.idx: node.op.x.idx for node in graph.nodes or [] if node_type(node) == "Take"}
     weights = []
@@ -87,7 +89,9 @@ def _quantized_weights(graph) -> list:
         shape = list(shapes.get(table, []))
         if shape and op.bits:
             shape[-1] = shape[-1] * 32 // op.bits
-        weights.append({"node": kind, "format": f"int{op.bits}", "group_size": op.groupSize, "shape": shape})
+        mode = getattr(op, "mode", QuantMode.Affine)
+        name = f"int{op.bits}" if mode == QuantMode.Affine else QUANT_MODE_NAMES[mode]
+        weights.append({"node": kind, "format": name, "group_size": op.groupSize, "shape": shape})
     return weights
 
 

@@ -1,6 +1,7 @@
 """``quantize="int2"`` ... ``"int8"`` of ``etmlx.export``: torchao's weight-only quantization,
 applied for the user before export, in the form etmlx lowers to MLX's quantized
-kernels (``lowering/rules/quantized.py``)."""
+kernels (``lowering/rules/quantized.py``); ``"mxfp8"`` and ``"nvfp4"``: ExecuTorch's
+exportable configs of those float formats (``lowering/rules/exportables.py``)."""
 
 import copy
 import functools
@@ -24,6 +25,8 @@ def quantized_copy(module, scheme: str, group_size=64, embeddings: bool = True):
 
     if scheme not in CHOICES:
         raise ExportError(f"quantize={scheme!r}: etmlx quantizes to {', '.join(CHOICES)}")
+    if scheme in FLOAT_SCHEMES:
+        return _float_quantized_copy(module, scheme, embeddings)
     if group_size is not None and (not isinstance(group_size, int) or group_size <= 0 or group_size % 32):
         raise ExportError(f"group_size={group_size!r}: MLX takes multiples of 32 (32, 64, 128, ...)")
     kinds = (torch.nn.Linear, torch.nn.Embedding) if embeddings else (torch.nn.Linear,)
@@ -49,7 +52,34 @@ def quantized_copy(module, scheme: str, group_size=64, embeddings: bool = True):
 # Two widths per recipe, as mlx-lm's ``--quant-predicate`` recipes (after llama.cpp's *_M).
 MIXED = {"mixed_2_6": ("int2", "int6"), "mixed_3_4": ("int3", "int4"), "mixed_3_6": ("int3", "int6"),
          "mixed_4_6": ("int4", "int6")}
-CHOICES = SCHEMES + tuple(MIXED)  # what quantize= takes
+# MLX's float modes, by ExecuTorch's exportable configs: the values' group is the mode's
+# (32 for mxfp8, 16 for nvfp4). mxfp4 is not offered: ExportableMXConfig takes FP8 only.
+FLOAT_SCHEMES = {"mxfp8": 32, "nvfp4": 16}
+CHOICES = SCHEMES + tuple(MIXED) + tuple(FLOAT_SCHEMES)  # what quantize= takes
+
+
+def _float_quantized_copy(module, scheme: str, embeddings: bool):
+    """``quantized_copy`` in a float mode: ExecuTorch's ``ExportableMXConfig`` (FP8 E4M3
+    values, a power of two per 32) or ``ExportableNVFP4Config`` (FP4 values, an FP8 scale
+    per 16 and one per tensor) on each linear layer (and embedding) whose rows divide
+    into the mode's groups; expert stacks stay float."""
+    import torch
+    from torchao.quantization import quantize_
+
+    if scheme == "mxfp8":
+        from executorch.extension.llm.export.mx import ExportableMXConfig as Config
+    else:
+        from executorch.extension.llm.export.nvfp4 import ExportableNVFP4Config as Config
+    group = FLOAT_SCHEMES[scheme]
+    kinds = (torch.nn.Linear, torch.nn.Embedding) if embeddings else (torch.nn.Linear,)
+    quantized = copy.deepcopy(module)
+    rows = group if scheme == "nvfp4" else 1  # NVFP4's kernels tile rows by 16 too
+    names = [name for name, layer in quantized.named_modules()
+             if isinstance(layer, kinds) and layer.weight.shape[0] % rows == 0 and layer.weight.shape[1] % group == 0]
+    chosen = {id(quantized.get_submodule(name)) for name in names}
+    with torch.no_grad():
+        quantize_(quantized, Config(), filter_fn=lambda candidate, _: id(candidate) in chosen)
+    return quantized, names
 
 
 def _bits(scheme: str) -> int:

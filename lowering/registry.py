@@ -24,6 +24,9 @@ class Rule:
 
     check: Check
     lower: Callable  # (LoweringContext, fx.Node, BoundArguments) -> None
+    # Its constant operands are repacked at export into dtypes MLX holds (quantized
+    # weights of float8 values, say), so theirs need not be: the rule's check decides.
+    repacks_constants: bool = False
 
 
 RULES: dict = {}
@@ -33,14 +36,14 @@ def accept(node: fx.Node, args: BoundArguments) -> Optional[str]:
     return None
 
 
-def lowers(*names: str, check: Check = accept):
+def lowers(*names: str, check: Check = accept, repacks_constants: bool = False):
     """Registers the decorated ``lower(ctx, node, args)`` for operators ``names``."""
 
     def register(lower):
         for name in names:
             if name in RULES:
                 raise RuntimeError(f"two lowering rules for {name}")
-            RULES[name] = Rule(check, lower)
+            RULES[name] = Rule(check, lower, repacks_constants)
         return lower
 
     return register
@@ -70,7 +73,7 @@ def check_node(node: fx.Node) -> Optional[str]:
     rule = RULES.get(name)
     if rule is None:
         return f"no MLX lowering for {name}"
-    tensors = [a for a in node.all_input_nodes] + [node]
+    tensors = [a for a in node.all_input_nodes if not (rule.repacks_constants and is_frozen_placeholder(a))] + [node]
     for source in tensors:
         for value in values_of(source):
             if isinstance(value, torch.Tensor):

@@ -17,9 +17,9 @@ removal (``lowering/passes.py``), and the runtimes' evaluation of constant-only 
 at load.
 """
 
-from . import gather_mm, int4_tensor, rms_norm, rope
+from . import exportable_tensors, gather_mm, rms_norm, rope
 
-LOWERING_FUSIONS = (rms_norm, rope, gather_mm, int4_tensor)
+LOWERING_FUSIONS = (rms_norm, rope, gather_mm, exportable_tensors)
 
 
 def fuse(ctx, node) -> bool:

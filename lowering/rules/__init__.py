@@ -7,6 +7,7 @@ from . import (  # noqa: F401
     creation,
     distance,
     elementwise,
+    exportables,
     indexing,
     matmul,
     normalization,

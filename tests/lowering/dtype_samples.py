@@ -256,6 +256,7 @@ def _other(dtype):
     codes, scale, zero = _quantized(dtype)
     stacked = tuple(t.reshape(2, 4, -1) for t in (codes, scale, zero))
     int4_tensor = _int4_tensor(codes, scale, zero)
+    mx_tensor, nvfp4_tensor = _float_mode_tensor("mxfp8"), _float_mode_tensor("nvfp4")
     return {
         "aten::_cdist_forward": lambda x, y, d: aten._cdist_forward(x[0], y[0], 2.0, None),
         "aten::_pdist_forward": lambda x, y, d: aten._pdist_forward(x[0, 0], 2.0),
@@ -277,7 +278,21 @@ def _other(dtype):
         "torchao::dequantize_int4_tensor": lambda x, y, d: torch.ops.torchao.dequantize_int4_tensor(
             *int4_tensor, 32, x.dtype
         ),
+        "torchao::dequantize_mx": lambda x, y, d: torch.ops.torchao.dequantize_mx(
+            *mx_tensor, torch.float8_e4m3fn, 32, x.dtype
+        ),
+        "torchao::dequantize_nvfp4": lambda x, y, d: torch.ops.torchao.dequantize_nvfp4(
+            *nvfp4_tensor, 16, x.dtype
+        ),
     }
+
+
+def _float_mode_tensor(scheme: str):
+    """The constants of a ``(16, 64)`` weight quantized to ``scheme`` by ExecuTorch's config."""
+    from etmlx.quantization import quantized_copy
+
+    weight = quantized_copy(torch.nn.Linear(64, 16), scheme)[0].weight
+    return [getattr(weight, name) for name in weight.tensor_data_names]
 
 
 def _int4_tensor(codes, scale, zero):

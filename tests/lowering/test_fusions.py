@@ -15,7 +15,7 @@ def test_every_lowering_fusion_is_listed_here():
     assert [fusion.NAME for fusion in LOWERING_FUSIONS] == [
         "RMS norm -> mx.fast.rms_norm", "rotary embedding -> mx.fast.rope",
         "batched matmul of gathered matrices -> mx.gather_mm",
-        "linear / embedding of an ExportableInt4Tensor -> mx.quantized_matmul / packed rows",  # test_quantized.py
+        "linear / embedding of ExecuTorch's exportable quantized tensors -> mx.quantized_matmul / packed rows",  # test_quantized.py
     ]
 
 

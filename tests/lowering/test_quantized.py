@@ -224,24 +224,57 @@ def test_executorch_exportable_int4_weights_run_on_mlx_kernels():
     assert {w["format"] for d in lowered.delegates for w in d["quantized"]} == {"int4"}
 
 
-def test_an_exportable_int4_weight_read_otherwise_is_dequantized_whole():
-    """Not a layer (the weight summed): no fusion, the weight dequantized once, at load."""
+class _Summed(torch.nn.Module):
+    """A weight read other than by a layer: summed over its rows."""
+
+    def __init__(self, weight):
+        super().__init__()
+        self.weight = torch.nn.Parameter(weight, requires_grad=False)
+
+    def forward(self, x):
+        return x + self.weight.t().sum(0)
+
+
+@pytest.mark.parametrize("scheme", ["int4", "mxfp8", "nvfp4"])
+def test_an_exportable_weight_read_otherwise_is_dequantized_whole(scheme):
+    """No fusion: the weight dequantized once, at load (NVFP4's per-tensor scale too)."""
     from executorch.extension.llm.export.int4 import ExportableInt4Tensor
 
-    class Summed(torch.nn.Module):
-        def __init__(self, weight):
-            super().__init__()
-            self.weight = torch.nn.Parameter(weight, requires_grad=False)
-
-        def forward(self, x):
-            return x + self.weight.t().sum(0)
-
     torch.manual_seed(0)
-    layer = torch.nn.Linear(64, 8)
-    quantize_(layer, CONFIGS["int4-g32"])
-    module = Summed(ExportableInt4Tensor.from_intx_unpacked_to_int8_tensor(layer.weight))
-    lowered = delegated(module, (torch.randn(3, 8),), nodes=["Dequantize"])
-    assert "QuantizedMatmul" not in lowered.nodes
+    layer = torch.nn.Linear(64, 16)
+    if scheme == "int4":
+        quantize_(layer, CONFIGS["int4-g32"])
+        weight = ExportableInt4Tensor.from_intx_unpacked_to_int8_tensor(layer.weight)
+    else:
+        weight = quantized_copy(layer, scheme)[0].weight
+    lowered = delegated(_Summed(weight), (torch.randn(3, 16),), nodes=["Dequantize"])
+    assert "QuantizedMatmul" not in lowered.nodes and ("Mul" in lowered.nodes) == (scheme == "nvfp4")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("scheme", ["mxfp8", "nvfp4"])
+def test_quantize_to_mlx_float_modes_runs_on_their_kernels(scheme, dtype):
+    """quantize="mxfp8"|"nvfp4": ExecuTorch's ExportableMXTensor / ExportableNVFP4Tensor
+    weights, their linear layers one QuantizedMatmul each in MLX's mode of that name, the
+    embedding packed rows, no float weight in the file, the exportables' own eager result."""
+    torch.manual_seed(0)
+    model, names = quantized_copy(Layers().to(dtype).eval(), scheme)
+    assert names == ["embed", "up", "down"]
+    ids = torch.tensor([[0, 5, 95, 17], [3, 3, 60, 1]])
+    lowered = delegated(model, (ids,), nodes=["QuantizedMatmul", "Dequantize", "Take"], run_with=[(ids.flip(1),)])
+    assert lowered.nodes.count("QuantizedMatmul") == 2 and lowered.nodes.count("Dequantize") == 1
+    assert all(c["dtype"] in ("uint32", "uint8") or len(c["shape"]) < 2 for c in _constants(lowered))
+    assert {(w["format"], w["group_size"]) for d in lowered.delegates for w in d["quantized"]} == {
+        (scheme, 32 if scheme == "mxfp8" else 16)}
+
+
+def test_mx_elements_mlx_has_no_mode_for_are_one_clear_error(tmp_path):
+    from executorch.extension.llm.export.mx import ExportableMXConfig
+
+    layer = torch.nn.Linear(64, 16)
+    quantize_(layer, ExportableMXConfig(elem_dtype=torch.float8_e5m2))
+    with pytest.raises(ExportError, match=r"MX elements of torch.float8_e5m2 \(MLX's mxfp8 takes"):
+        etmlx.export(layer, (torch.randn(2, 64),), tmp_path / "m.pte")
 
 
 def _with_fractional_zero_points(model):
@@ -273,4 +306,4 @@ def test_fractional_zero_points_run_on_mlx_kernels_with_float16_scales_where_exa
 
 
 def test_every_quantized_rule_ran():
-    assert untested_rules("quantized") == set()
+    assert untested_rules("quantized") == set() and untested_rules("exportables") == set()
