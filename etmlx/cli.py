@@ -21,11 +21,11 @@ def main(argv=None) -> int:
     export.add_argument("-o", "--output", required=True, help="the .pte to write")
     export.add_argument("--report", action="store_true", help="print, per operator, what MLX took and why not")
     export.add_argument("--quantize", choices=CHOICES, help="quantize the weights of linear layers and "
-                        "embeddings (torchao weight-only; mxfp8, nvfp4: ExecuTorch's configs) to run on MLX's "
+                        "embeddings (torchao weight-only; mxfp4, mxfp8, nvfp4: MLX's float modes) to run on MLX's "
                         "quantized kernels")
     export.add_argument("--group-size", type=_group_size, default=64,
                         help="values per quantization group, a multiple of 32, or 'channel' for one per row "
-                        "(default 64; mxfp8 and nvfp4 have their own, 32 and 16)")
+                        "(default 64; mxfp4, mxfp8 and nvfp4 have their own: 32, 32, 16)")
     export.add_argument("--no-quantize-embeddings", dest="quantize_embeddings", action="store_false",
                         help="with --quantize: keep embeddings in float")
     export.add_argument("--tensor-parallel", type=_ranks, metavar="N",

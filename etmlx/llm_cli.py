@@ -22,7 +22,7 @@ def add_commands(commands) -> None:
     export.add_argument("--max-seq-len", type=_positive, default=128,
                         help="most tokens per call: longer prompts are prefilled in chunks of this many (default 128)")
     export.add_argument("--quantize", choices=CHOICES, help="weight-only quantization (MLX's quantized kernels; "
-                        "--group-size does not apply to mxfp8 and nvfp4)")
+                        "--group-size does not apply to mxfp4, mxfp8 and nvfp4)")
     export.add_argument("--group-size", type=_positive, default=64, help="values per quantization group (default 64)")
     export.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     export.add_argument("--sample-on-device", action="store_true", help="also write a `sample` method that draws "

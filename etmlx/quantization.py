@@ -52,24 +52,21 @@ def quantized_copy(module, scheme: str, group_size=64, embeddings: bool = True):
 # Two widths per recipe, as mlx-lm's ``--quant-predicate`` recipes (after llama.cpp's *_M).
 MIXED = {"mixed_2_6": ("int2", "int6"), "mixed_3_4": ("int3", "int4"), "mixed_3_6": ("int3", "int6"),
          "mixed_4_6": ("int4", "int6")}
-# MLX's float modes, by ExecuTorch's exportable configs: the values' group is the mode's
-# (32 for mxfp8, 16 for nvfp4). mxfp4 is not offered: ExportableMXConfig takes FP8 only.
-FLOAT_SCHEMES = {"mxfp8": 32, "nvfp4": 16}
+# MLX's float modes, by ExecuTorch's exportable configs (mxfp4, which they lack: etmlx's
+# own, ``etmlx/mxfp4.py``): the values' group is the mode's.
+FLOAT_SCHEMES = {"mxfp4": 32, "mxfp8": 32, "nvfp4": 16}
 CHOICES = SCHEMES + tuple(MIXED) + tuple(FLOAT_SCHEMES)  # what quantize= takes
 
 
 def _float_quantized_copy(module, scheme: str, embeddings: bool):
     """``quantized_copy`` in a float mode: ExecuTorch's ``ExportableMXConfig`` (FP8 E4M3
     values, a power of two per 32) or ``ExportableNVFP4Config`` (FP4 values, an FP8 scale
-    per 16 and one per tensor) on each linear layer (and embedding) whose rows divide
-    into the mode's groups; expert stacks stay float."""
+    per 16 and one per tensor), or for mxfp4 ``Mxfp4Tensor`` (FP4 values, a power of two
+    per 32), on each linear layer (and embedding) whose rows divide into the mode's
+    groups; expert stacks stay float."""
     import torch
     from torchao.quantization import quantize_
 
-    if scheme == "mxfp8":
-        from executorch.extension.llm.export.mx import ExportableMXConfig as Config
-    else:
-        from executorch.extension.llm.export.nvfp4 import ExportableNVFP4Config as Config
     group = FLOAT_SCHEMES[scheme]
     kinds = (torch.nn.Linear, torch.nn.Embedding) if embeddings else (torch.nn.Linear,)
     quantized = copy.deepcopy(module)
@@ -78,8 +75,25 @@ def _float_quantized_copy(module, scheme: str, embeddings: bool):
              if isinstance(layer, kinds) and layer.weight.shape[0] % rows == 0 and layer.weight.shape[1] % group == 0]
     chosen = {id(quantized.get_submodule(name)) for name in names}
     with torch.no_grad():
-        quantize_(quantized, Config(), filter_fn=lambda candidate, _: id(candidate) in chosen)
+        if scheme == "mxfp4":
+            from .mxfp4 import Mxfp4Tensor
+
+            for name in names:
+                layer = quantized.get_submodule(name)
+                layer.weight = torch.nn.Parameter(Mxfp4Tensor.from_float(layer.weight), requires_grad=False)
+        else:
+            quantize_(quantized, _exportable_config(scheme), filter_fn=lambda candidate, _: id(candidate) in chosen)
     return quantized, names
+
+
+def _exportable_config(scheme: str):
+    if scheme == "mxfp8":
+        from executorch.extension.llm.export.mx import ExportableMXConfig
+
+        return ExportableMXConfig()
+    from executorch.extension.llm.export.nvfp4 import ExportableNVFP4Config
+
+    return ExportableNVFP4Config()
 
 
 def _bits(scheme: str) -> int:

@@ -13,6 +13,8 @@ embedding layers of them are fused (``fusions/exportable_tensors.py``).
 - ``ExportableNVFP4Tensor``: FP4 E2M1 values packed eight to a uint32 (N, K/8) and an
   FP8 E4M3 scale per 16 (uint8): MLX's nvfp4; its per-tensor float32 scale multiplies
   the result (``x @ (s W)^T = s (x @ W^T)``: MLX's matmul takes none).
+- etmlx's own ``Mxfp4Tensor`` (``etmlx/mxfp4.py``): FP4 E2M1 values two a byte (N, K/2)
+  and an E8M0 power of two per 32: MLX's mxfp4, its bytes four to a uint32 word.
 """
 
 from typing import NamedTuple, Optional
@@ -32,6 +34,7 @@ from .quantized import _groups_reason, _mlx_group_size, check_fixed_at_export, m
 INT4_TENSOR = "torchao::dequantize_int4_tensor"
 MX_TENSOR = "torchao::dequantize_mx"
 NVFP4_TENSOR = "torchao::dequantize_nvfp4"
+MXFP4_TENSOR = "etmlx::dequantize_mxfp4"  # etmlx's own (etmlx/mxfp4.py): ExecuTorch's MX takes FP8 only
 
 
 class Packed(NamedTuple):
@@ -87,6 +90,25 @@ def _mx_tensor(ctx, args) -> Packed:
                        groupSize=32, bits=8, mode=QuantMode.Mxfp8, hasBiases=False))
 
 
+def _check_mxfp4_tensor(node, args) -> Optional[str]:
+    reason = check_fixed_at_export((args.qdata, args.scale))
+    if reason:
+        return reason
+    qdata, scale = example_of(args.qdata), example_of(args.scale)
+    if qdata.dtype != torch.uint8 or qdata.dim() != 2 or qdata.shape[1] % 16:
+        return f"mxfp4 values of {qdata.dtype}, shape {tuple(qdata.shape)} (two a byte, 32 values a scale)"
+    if scale.dtype != torch.float8_e8m0fnu or tuple(scale.shape) != (qdata.shape[0], qdata.shape[1] // 16):
+        return f"mxfp4 scales of {scale.dtype}, shape {tuple(scale.shape)} (one float8_e8m0fnu per 32 values)"
+    return _output_reason(args)
+
+
+def _mxfp4_tensor(ctx, args) -> Packed:
+    qdata, scale = ctx.constant_values[args.qdata], ctx.constant_values[args.scale]
+    words = qdata.contiguous().view(torch.int32).view(torch.uint32)  # eight FP4 codes a word, MLX's order
+    return Packed(dict(w=ctx.add_constant(words), scales=ctx.add_constant(scale.contiguous().view(torch.uint8)),
+                       groupSize=32, bits=4, mode=QuantMode.Mxfp4, hasBiases=False))
+
+
 def _check_nvfp4_tensor(node, args) -> Optional[str]:
     reason = check_fixed_at_export((args.qdata, args.scale, args.per_tensor_scale))
     if reason:
@@ -118,6 +140,7 @@ EXPORTABLES = {
     INT4_TENSOR: (_check_int4_tensor, _int4_tensor),
     MX_TENSOR: (_check_mx_tensor, _mx_tensor),
     NVFP4_TENSOR: (_check_nvfp4_tensor, _nvfp4_tensor),
+    MXFP4_TENSOR: (_check_mxfp4_tensor, _mxfp4_tensor),
 }
 
 

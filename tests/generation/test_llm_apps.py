@@ -109,20 +109,24 @@ def test_bad_input_is_one_clear_error(exported, tmp_path, capsys, args, message)
     assert message in capsys.readouterr().err
 
 
-def test_a_quantized_export_generates_the_quantized_models_text(exported, tmp_path):
-    """``--quantize int8 --group-size 32``: the text of the same quantization in eager."""
+@pytest.mark.parametrize("scheme, runtime", [("int8", "python"), ("mxfp4", "python"), ("mxfp8", "executorch"),
+                                             ("nvfp4", "executorch")])
+def test_a_quantized_export_generates_the_quantized_models_text(exported, tmp_path, scheme, runtime):
+    """``--quantize int8 --group-size 32`` (and MLX's float modes, their own groups): the
+    text of the same quantization in eager."""
     from etmlx.quantization import quantized_copy
 
     path, model, tokenizer = exported
     checkpoint = str(tmp_path / "checkpoint")
     model.save_pretrained(checkpoint)
     tokenizer.save_pretrained(checkpoint)
-    out = tmp_path / "int8.pte"
-    assert main(["export-llm", checkpoint, "-o", str(out), "--max-seq-len", str(CHUNK), "--quantize", "int8",
+    out = tmp_path / f"{scheme}.pte"
+    assert main(["export-llm", checkpoint, "-o", str(out), "--max-seq-len", str(CHUNK), "--quantize", scheme,
                  "--group-size", "32"]) == 0
-    quantized, _ = quantized_copy(model, "int8", 32)
-    text = "".join(generation.generate(generation.Session(etmlx.load(out)), tokenizer, PROMPT, 16))
-    assert text == eager_text(quantized, tokenizer, tokenizer.encode(PROMPT), 16)
+    quantized, names = quantized_copy(model, scheme, 32)
+    assert len(names) == 2 * 7 + 2  # every projection, the embedding and the head
+    text = "".join(generation.generate(generation.Session(etmlx.load(out, runtime=runtime)), tokenizer, PROMPT, 16))
+    assert text == eager_text(quantized, tokenizer, tokenizer.encode(PROMPT), 16) and text
 
 
 def test_a_hub_id_resolves_to_its_snapshot_in_the_hub_cache(tmp_path, monkeypatch):

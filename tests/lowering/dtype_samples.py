@@ -256,7 +256,7 @@ def _other(dtype):
     codes, scale, zero = _quantized(dtype)
     stacked = tuple(t.reshape(2, 4, -1) for t in (codes, scale, zero))
     int4_tensor = _int4_tensor(codes, scale, zero)
-    mx_tensor, nvfp4_tensor = _float_mode_tensor("mxfp8"), _float_mode_tensor("nvfp4")
+    mx_tensor, nvfp4_tensor, mxfp4_tensor = (_float_mode_tensor(s) for s in ("mxfp8", "nvfp4", "mxfp4"))
     return {
         "aten::_cdist_forward": lambda x, y, d: aten._cdist_forward(x[0], y[0], 2.0, None),
         "aten::_pdist_forward": lambda x, y, d: aten._pdist_forward(x[0, 0], 2.0),
@@ -284,6 +284,7 @@ def _other(dtype):
         "torchao::dequantize_nvfp4": lambda x, y, d: torch.ops.torchao.dequantize_nvfp4(
             *nvfp4_tensor, 16, x.dtype
         ),
+        "etmlx::dequantize_mxfp4": lambda x, y, d: torch.ops.etmlx.dequantize_mxfp4(*mxfp4_tensor, x.dtype),
     }
 
 

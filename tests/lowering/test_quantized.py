@@ -235,7 +235,7 @@ class _Summed(torch.nn.Module):
         return x + self.weight.t().sum(0)
 
 
-@pytest.mark.parametrize("scheme", ["int4", "mxfp8", "nvfp4"])
+@pytest.mark.parametrize("scheme", ["int4", "mxfp4", "mxfp8", "nvfp4"])
 def test_an_exportable_weight_read_otherwise_is_dequantized_whole(scheme):
     """No fusion: the weight dequantized once, at load (NVFP4's per-tensor scale too)."""
     from executorch.extension.llm.export.int4 import ExportableInt4Tensor
@@ -252,11 +252,12 @@ def test_an_exportable_weight_read_otherwise_is_dequantized_whole(scheme):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("scheme", ["mxfp8", "nvfp4"])
+@pytest.mark.parametrize("scheme", ["mxfp4", "mxfp8", "nvfp4"])
 def test_quantize_to_mlx_float_modes_runs_on_their_kernels(scheme, dtype):
-    """quantize="mxfp8"|"nvfp4": ExecuTorch's ExportableMXTensor / ExportableNVFP4Tensor
-    weights, their linear layers one QuantizedMatmul each in MLX's mode of that name, the
-    embedding packed rows, no float weight in the file, the exportables' own eager result."""
+    """quantize="mxfp4"|"mxfp8"|"nvfp4": etmlx's Mxfp4Tensor, ExecuTorch's ExportableMXTensor
+    and ExportableNVFP4Tensor weights, their linear layers one QuantizedMatmul each in MLX's
+    mode of that name, the embedding packed rows, no float weight in the file, the
+    exportables' own eager result."""
     torch.manual_seed(0)
     model, names = quantized_copy(Layers().to(dtype).eval(), scheme)
     assert names == ["embed", "up", "down"]
@@ -265,7 +266,7 @@ def test_quantize_to_mlx_float_modes_runs_on_their_kernels(scheme, dtype):
     assert lowered.nodes.count("QuantizedMatmul") == 2 and lowered.nodes.count("Dequantize") == 1
     assert all(c["dtype"] in ("uint32", "uint8") or len(c["shape"]) < 2 for c in _constants(lowered))
     assert {(w["format"], w["group_size"]) for d in lowered.delegates for w in d["quantized"]} == {
-        (scheme, 32 if scheme == "mxfp8" else 16)}
+        (scheme, 16 if scheme == "nvfp4" else 32)}
 
 
 def test_mx_elements_mlx_has_no_mode_for_are_one_clear_error(tmp_path):
