@@ -73,6 +73,17 @@ def mlx_lm_llama(model, quantize=None, group_size=64):
     return reference
 
 
+def closeness(float_model, quantized, tokens) -> tuple:
+    """(mean cosine of the two models' logits, share of positions whose greedy choice they
+    agree on) over ``tokens``, in eager PyTorch (the .pte computes ``quantized``'s: checked
+    in the same run)."""
+    ids = torch.tensor([tokens])
+    with torch.no_grad():
+        a, b = float_model(ids).logits[0].double(), quantized(ids).logits[0].double()
+    cosine = torch.nn.functional.cosine_similarity(a, b, dim=-1).mean()
+    return float(cosine), float((a.argmax(-1) == b.argmax(-1)).double().mean())
+
+
 def stored_bytes(path: str) -> tuple:
     """(weights, KV cache) bytes of the .pte's delegates: their constants, packed when
     quantized, once each; and their buffers, per method (methods share them by name)."""
@@ -263,6 +274,10 @@ def main() -> None:
           f"ExecuTorch's TextLLMRunner's text {'equal too' if runner_same else 'differs'}; mlx-lm's "
           f"{'equal too' if runs['mlx-lm llama'][2] == runs['eager PyTorch'][2] else 'differ'}"
           f"{f' (its own quantization, {args.quantize} in groups of {args.group_size})' if args.quantize else ''}")
+    if args.quantize and not args.gguf:
+        cosine, agreement = closeness(model, exported, runs["eager PyTorch"][2])
+        print(f"against the float model, over those tokens: logits' cosine {cosine:.4f} (mean over positions), "
+              f"greedy choice agreeing at {agreement:.0%} of positions")
     base_prefill, base_decode, _ = runs["mlx-lm llama"]
     print(f"{'':<16}{'prefill tok/s':>15}{'decode tok/s':>14}{'prefill vs mlx-lm':>19}{'decode vs mlx-lm':>18}")
     for name, (prefill, decode, _) in [*runs.items(), ("TextLLMRunner", runner)]:

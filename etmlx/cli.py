@@ -130,6 +130,10 @@ def _export(args) -> int:
         print(f"wrote {result.path} ({result.size_bytes} bytes)")
     if args.quantize:
         print(f"quantized to {args.quantize}: {len(result.quantized)} layer(s): {', '.join(result.quantized) or 'none'}")
+        if not args.tensor_parallel:
+            from .llm_cli import print_formats
+
+            print_formats(result.formats)
     print(result.report.summary())
     if args.report:
         print(result.report.to_text())

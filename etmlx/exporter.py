@@ -18,7 +18,7 @@ class ExportResult:
     size_bytes: int
     report: object
     quantized: tuple = ()  # the layers ``quantize=`` (or a GGUF file) quantized, by module name
-    formats: dict = field(default_factory=dict)  # a GGUF file's: {layer: the format it runs in}
+    formats: dict = field(default_factory=dict)  # {quantized layer: the format it runs in}
     declined: dict = field(default_factory=dict)  # a GGUF file's: {tensor left float: why}
 
 
@@ -285,14 +285,15 @@ def export(
         quantizing = None if quantize is None else (quantize, group_size, quantize_embeddings)
         return export_ranks(path, tensor_parallel, lambda m: {"forward": trace(m, example_inputs, dynamic_shapes)}, module,
                             quantizing)
-    quantized = ()
+    quantized, runs_as = (), {}
     if quantize is not None:
-        from .quantization import quantized_copy
+        from .quantization import formats, quantized_copy
 
         module, quantized = quantized_copy(module, quantize, group_size, quantize_embeddings)
+        runs_as = formats(module, quantized)
     program, report = to_executorch(module, example_inputs, dynamic_shapes)
     result = write(program, report, path)
-    result.quantized = tuple(quantized)
+    result.quantized, result.formats = tuple(quantized), runs_as
     return result
 
 

@@ -65,14 +65,16 @@ def load(path, dtype) -> GgufModel:
     result = GgufModel(model, _tokenizer(folder, name))
     for tensor in reader.tensors:
         kind = tensor.tensor_type.name
+        if kind in FLOAT_TYPES:
+            continue
         processed, order = _processed(tensor, processor)
         hf_name = tensor_names.get(processed)
-        if kind in FLOAT_TYPES or hf_name is None or not hf_name.endswith(".weight"):
-            continue
-        module_name = hf_name.removesuffix(".weight")
+        module_name = hf_name.removesuffix(".weight") if hf_name and hf_name.endswith(".weight") else None
         layer = modules.get(module_name)
         if not isinstance(layer, (torch.nn.Linear, torch.nn.Embedding)):
-            result.declined[hf_name] = f"{kind} weight of a {type(layer).__name__} (etmlx quantizes linear and embedding layers)"
+            result.declined[hf_name or tensor.name] = (
+                f"{kind}: not the weight of a linear or embedding layer of transformers' model"
+                f"{'' if hf_name else ' (which has no such tensor)'}; runs as transformers loads it")
             continue
         quantized, reason = _quantized_weight(tensor, kind, layer.weight, order, dtype)
         if reason:
@@ -134,8 +136,8 @@ def _float_model(path, folder, name, architecture: str, dtype):
 def _tied_or_derived(model, key: str) -> bool:
     """Whether a parameter the file need not hold: a head tied to the embedding, or a
     buffer the model computes (rotary frequencies)."""
-    tied = getattr(model, "_tied_weights_keys", None) or {}
-    return key in tied or "rotary" in key or (getattr(model.config, "tie_word_embeddings", False) and "lm_head" in key)
+    tied_keys = getattr(model, "_tied_weights_keys", None) or {}
+    return (getattr(model.config, "tie_word_embeddings", False) and key in tied_keys) or "rotary" in key
 
 
 def _tokenizer(folder, name):
@@ -144,7 +146,8 @@ def _tokenizer(folder, name):
     try:
         return AutoTokenizer.from_pretrained(folder, gguf_file=name)
     except (ValueError, KeyError, OSError) as error:
-        raise ExportError(f"{os.path.join(folder, name)}: transformers cannot read its tokenizer: {_first_line(error)}") from error
+        path = os.path.join(folder, name)
+        raise ExportError(f"{path}: transformers cannot read its tokenizer: {_first_line(error)}") from error
 
 
 def _sharing(model, weight) -> list:
@@ -160,7 +163,7 @@ def _quantized_weight(tensor, kind: str, loaded, order, dtype):
 
     rows, columns = loaded.shape
     if kind not in BITS:
-        return None, "no exact layout in MLX's quantized kernels (etmlx runs Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)"
+        return None, f"no exact layout in MLX's quantized kernels (etmlx runs {', '.join(BITS)})"
     raw = torch.from_numpy(np.array(tensor.data, dtype=np.uint8).reshape(rows, -1))
     if order is None:
         return None, "transformers' loader reshapes this tensor beyond reordering its rows"

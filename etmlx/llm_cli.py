@@ -50,6 +50,12 @@ def add_commands(commands) -> None:
         command.set_defaults(handler=_generate if name == "generate" else _chat)
 
 
+def print_formats(formats: dict) -> None:
+    """How many quantized layers run in each format (``ExportResult.formats``)."""
+    for runs_as, count in sorted(Counter(formats.values()).items()):
+        print(f"{count} layer(s) run {runs_as}")
+
+
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number, 1 or more")
@@ -68,8 +74,7 @@ def _export_llm(args) -> int:
     print(f"wrote {result.path} ({result.size_bytes} bytes); {result.report.summary()}")
     if args.quantize:
         print(f"quantized to {args.quantize}: {len(result.quantized)} layer(s)")
-    for runs_as, count in sorted(Counter(result.formats.values()).items()):
-        print(f"{count} layer(s) run {runs_as}")
+    print_formats(result.formats)
     for tensor, reason in result.declined.items():
         print(f"{tensor}: {reason}")
     if result.tokenizer_files:

@@ -54,9 +54,10 @@ def export_llm(model_dir, output, max_context=None, max_seq_len: int = 128, quan
     causal_lm.with_static_cache(model, capacity)
     quantized = tuple(formats)
     if quantize is not None:
-        from .quantization import quantized_copy
+        from .quantization import formats as formats_of, quantized_copy
 
         model, quantized = quantized_copy(model, quantize, group_size)
+        formats = formats_of(model, quantized)
     report("load", time.perf_counter() - started)
     started = time.perf_counter()
     methods = causal_lm.export_methods(model, min(max_seq_len, capacity), capacity, sample_on_device=sample_on_device)

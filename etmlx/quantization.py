@@ -49,6 +49,31 @@ def quantized_copy(module, scheme: str, group_size=64, embeddings: bool = True):
     return quantized, names
 
 
+def formats(model, names) -> dict:
+    """``{name: the format it runs in}`` for the quantized layers and expert stacks
+    ``names`` of ``model`` (what ``quantized_copy`` returned): "int4, groups of 64",
+    "int6, one group a row", "nvfp4", ..."""
+    found = {}
+    for name in names:
+        owner, _, stack = name.rpartition(".")
+        stacks = getattr(model.get_submodule(owner), "_quantized_stacks", {}) if stack in EXPERT_STACKS else {}
+        if stack in stacks:
+            group, bits = stacks[stack]
+            found[name] = f"int{bits}, groups of {group}"
+            continue
+        weight = model.get_submodule(name).weight
+        if hasattr(weight, "target_dtype"):  # torchao's IntxUnpackedToInt8Tensor
+            group, columns = weight.block_size[-1], weight.shape[-1]
+            found[name] = f"{str(weight.target_dtype).removeprefix('torch.')}, " + (
+                "one group a row" if group == columns else f"groups of {group}")
+        else:
+            found[name] = _FLOAT_FORMATS.get(type(weight).__name__, type(weight).__name__)
+    return found
+
+
+_FLOAT_FORMATS = {"Mxfp4Tensor": "mxfp4", "ExportableMXTensor": "mxfp8", "ExportableNVFP4Tensor": "nvfp4"}
+
+
 # Two widths per recipe, as mlx-lm's ``--quant-predicate`` recipes (after llama.cpp's *_M).
 MIXED = {"mixed_2_6": ("int2", "int6"), "mixed_3_4": ("int3", "int4"), "mixed_3_6": ("int3", "int6"),
          "mixed_4_6": ("int4", "int6")}

@@ -104,7 +104,7 @@ def test_export_quantized_to_int4(tmp_path):
     path = tmp_path / "mlp-int4.pte"
     result = etmlx("export", "examples/models.py:mlp", "-o", str(path), "--quantize", "int4", "--group-size", "32")
     assert result.returncode == 0, result.stderr
-    assert "quantized to int4: 3 layer(s)" in result.stdout
+    assert "quantized to int4: 3 layer(s)" in result.stdout and "3 layer(s) run int4, groups of 32" in result.stdout
     (delegate,) = json.loads(etmlx("inspect", str(path), "--json").stdout)["methods"]["forward"]["delegates"]
     assert delegate["nodes"].count("QuantizedMatmul") == 3
     listed = etmlx("inspect", str(path), "--constants").stdout

@@ -12,7 +12,7 @@ import etmlx
 import runtimes
 from etmlx.errors import ExportError
 from etmlx.inspection import inspect_program
-from etmlx.quantization import quantized_copy
+from etmlx.quantization import formats, quantized_copy
 from etmlx.runtime_shim.errors import IndexRangeError
 
 
@@ -194,6 +194,8 @@ def test_a_mixed_recipe_gives_value_down_and_head_layers_more_bits():
     assert {name for name, width in widths.items() if width == 6} == expected | {"lm_head"}
     assert {width for name, width in widths.items() if name not in expected | {"lm_head"}} == {4}
     assert "model.embed_tokens" in names
+    # what the export reports, per layer
+    assert formats(quantized, names) == {name: f"int{widths[name]}, groups of 32" for name in names}
 
 
 def test_a_mixed_recipe_needs_decoder_layers():
@@ -260,7 +262,7 @@ def test_quantize_to_mlx_float_modes_runs_on_their_kernels(scheme, dtype):
     exportables' own eager result."""
     torch.manual_seed(0)
     model, names = quantized_copy(Layers().to(dtype).eval(), scheme)
-    assert names == ["embed", "up", "down"]
+    assert names == ["embed", "up", "down"] and set(formats(model, names).values()) == {scheme}
     ids = torch.tensor([[0, 5, 95, 17], [3, 3, 60, 1]])
     lowered = delegated(model, (ids,), nodes=["QuantizedMatmul", "Dequantize", "Take"], run_with=[(ids.flip(1),)])
     assert lowered.nodes.count("QuantizedMatmul") == 2 and lowered.nodes.count("Dequantize") == 1
