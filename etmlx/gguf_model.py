@@ -98,7 +98,8 @@ def _reader(path):
         return gguf.GGUFReader(path)
     except (ValueError, IndexError, KeyError, OSError, EOFError) as error:
         unknown = re.search(r"(\d+)\)? is not a valid GGMLQuantizationType", str(error))
-        reason = f"a tensor of unknown type {unknown.group(1)}" if unknown else _first_line(error)
+        reason = f"a tensor of unknown type {unknown.group(1)}" if unknown else \
+            f"truncated or damaged ({_first_line(error)})"
         raise ExportError(f"{path}: not a valid GGUF file: {reason}") from error
 
 

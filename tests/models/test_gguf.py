@@ -191,8 +191,8 @@ def _damaged(tmp_path, how: str) -> str:
 
 
 @pytest.mark.parametrize("how, match", [
-    ("truncated", r"truncated\.gguf: not a valid GGUF file"),
-    ("not gguf", r"not_gguf\.gguf: not a valid GGUF file"),
+    ("truncated", r"truncated\.gguf: not a valid GGUF file: truncated or damaged \("),
+    ("not gguf", r"not_gguf\.gguf: not a valid GGUF file: truncated or damaged \("),
     ("unknown type", r"unknown_type\.gguf: not a valid GGUF file: a tensor of unknown type 250$"),
 ])
 def test_a_damaged_file_is_one_clear_error(tmp_path, how, match):
