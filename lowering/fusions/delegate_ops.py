@@ -9,7 +9,8 @@ buffer), a mutation the rewrite makes with ATen's own ``index_copy_``, so that
 functionalization turns it into a buffer update the delegate owns; ``custom_sdpa``
 attends over the cache's first ``start_pos + L`` positions, causally aligned to the end;
 ``rope`` rotates the first ``dims`` features by angles ``(pos + t) * base^(-2i/dims) *
-scale``; ``gather_mm`` multiplies by the right operands ``rhs_indices`` picks. A call
+scale``; ``gather_mm`` multiplies by the right operands ``rhs_indices`` picks;
+``gather_qmm`` stays as it is, for its own rule (``rules/delegate_quantized.py``). A call
 etmlx cannot compute as that meaning says is refused with the reason, and an ``mlx::``
 op it does not know (a custom Metal kernel, say) by name: no ExecuTorch kernel could
 run either.
@@ -24,8 +25,10 @@ from torch.fx.proxy import GraphAppendingTracer, Proxy
 import etmlx.lowering.custom_ops  # noqa: F401  (registers torch.ops.etmlx.*)
 from etmlx.errors import ExportError
 from etmlx.lowering.arguments import bind
+from etmlx.lowering.registry import mark_frozen_placeholders
 from etmlx.lowering.rules.attention import check_sdpa
 from etmlx.lowering.rules.common import example_of
+from etmlx.lowering.rules.delegate_quantized import check_gather_qmm
 
 aten = torch.ops.aten
 NAMESPACE = "mlx"
@@ -149,6 +152,10 @@ _EXPANSIONS: dict = {
 }
 
 
+# op name -> its lowering rule's check: lowered as it is, after decomposition
+_LOWERED_AS_IS = {"gather_qmm": check_gather_qmm}
+
+
 def is_delegate_op(node: fx.Node) -> bool:
     return node.op == "call_function" and getattr(node.target, "namespace", None) == NAMESPACE
 
@@ -157,20 +164,23 @@ def expand_delegate_ops(program) -> bool:
     """Rewrites, in place, every ``mlx::`` call of ``program``'s graph into ATen ops;
     raises ExportError for one etmlx cannot compute. Returns whether any was found."""
     graph = program.graph_module.graph
+    mark_frozen_placeholders(program)  # gather_qmm's check needs its weights fixed
     found = False
     for node in list(graph.nodes):
         if not is_delegate_op(node):
             continue
         found = True
         name = node.target._schema.name.split("::")[-1]
-        if name not in _EXPANSIONS:
+        if name not in _EXPANSIONS and name not in _LOWERED_AS_IS:
+            known = ", mlx::".join([*_EXPANSIONS, *_LOWERED_AS_IS])
             raise ExportError(f"mlx::{name} ({node.name}): etmlx has no lowering for this op of ExecuTorch's MLX "
-                              f"delegate (it lowers mlx::{', mlx::'.join(_EXPANSIONS)})")
-        check, expand = _EXPANSIONS[name]
+                              f"delegate (it lowers mlx::{known})")
+        check, expand = _EXPANSIONS.get(name, (_LOWERED_AS_IS.get(name), None))
         reason = check(node, bind(node))
         if reason:
             raise ExportError(f"mlx::{name} ({node.name}): {reason}")
-        _replace(graph, node, expand)
+        if expand is not None:
+            _replace(graph, node, expand)
     if found:
         graph.eliminate_dead_code()
         program.graph_module.recompile()

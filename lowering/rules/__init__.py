@@ -5,6 +5,7 @@ from . import (  # noqa: F401
     collectives,
     convolution,
     creation,
+    delegate_quantized,
     distance,
     elementwise,
     exportables,

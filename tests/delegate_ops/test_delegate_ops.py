@@ -130,15 +130,58 @@ def test_gather_mm_equals_its_reference():
         assert_close(lowered.program.forward(x), module(x))
 
 
-def test_an_mlx_op_etmlx_does_not_lower_is_refused_by_name(tmp_path):
-    class Experts(torch.nn.Module):
-        def forward(self, x, w, scales, ids):
-            return mlx.gather_qmm(x, w, scales, None, ids)
+class QuantizedExperts(torch.nn.Module):
+    """The upstream delegate's SwitchLinear: each token's vector times its expert's
+    quantized matrix (4 experts of 24 x 64), int8 values or 4-bit nibbles."""
 
-    inputs = (torch.randn(2, 1, 64), torch.zeros(4, 8, 8, dtype=torch.uint32), torch.randn(4, 8, 2),
-              torch.tensor([0, 1]))
-    with pytest.raises(ExportError, match=r"mlx::gather_qmm .*no lowering for this op of ExecuTorch's MLX delegate"):
-        etmlx.export(Experts(), inputs, tmp_path / "x.pte")
+    def __init__(self, bits: int):
+        super().__init__()
+        generator = torch.Generator().manual_seed(bits)
+        self.bits = bits
+        self.router = torch.nn.Linear(64, 4)
+        rows, columns = 24, 64
+        low, high = -(2 ** (bits - 1)), 2 ** (bits - 1)
+        values = torch.randint(low, high, (4, rows, columns), generator=generator)
+        if bits == 4:  # two nibbles a byte, unsigned
+            unsigned = (values + 8).to(torch.uint8)
+            values = unsigned[..., 0::2] | (unsigned[..., 1::2] << 4)
+        self.register_buffer("w", values.to(torch.uint8 if bits == 4 else torch.int8))
+        self.register_buffer("scales", torch.rand(4, rows, columns // 32, generator=generator) * 0.1)
+        self.register_buffer("biases", torch.randn(4, rows, columns // 32, generator=generator) * 0.1)
+
+    def forward(self, x):  # x: [tokens, 1, 64]
+        chosen = self.router(x[:, 0]).topk(1).indices[:, 0]
+        return mlx.gather_qmm(x, self.w, self.scales, self.biases, chosen, group_size=32, bits=self.bits)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_gather_qmm_equals_its_reference(bits):
+    module, x = QuantizedExperts(bits), torch.randn(6, 1, 64)
+    lowered = lower(module, (x,), dynamic_shapes=({0: Dim("tokens", min=1, max=64)},))
+    assert tensor_kernels(lowered.kernels) == [] and "GatherQmm" in lowered.nodes
+    assert {w["format"] for d in lowered.delegates for w in d["quantized"]} == {f"int{bits}"}
+    for tokens in (6, 1, 9):
+        x = torch.randn(tokens, 1, 64)
+        assert_close(lowered.program.forward(x), module(x))
+
+
+def test_a_gather_qmm_in_another_mode_is_refused_with_the_reason(tmp_path):
+    class Floating(QuantizedExperts):
+        def forward(self, x):
+            chosen = self.router(x[:, 0]).topk(1).indices[:, 0]
+            return mlx.gather_qmm(x, self.w, self.scales, None, chosen, mode="mxfp4")
+
+    with pytest.raises(ExportError, match=r"mlx::gather_qmm .*mode 'mxfp4'"):
+        etmlx.export(Floating(4), (torch.randn(2, 1, 64),), tmp_path / "x.pte")
+
+
+def test_an_mlx_op_etmlx_does_not_lower_is_refused_by_name(tmp_path):
+    class Sampling(torch.nn.Module):
+        def forward(self, logits):
+            return mlx.sample(logits, torch.tensor(0.8), torch.tensor(40), torch.tensor(0.9))
+
+    with pytest.raises(ExportError, match=r"mlx::sample .*no lowering for this op of ExecuTorch's MLX delegate"):
+        etmlx.export(Sampling(), (torch.randn(1, 32),), tmp_path / "x.pte")
 
 
 def test_a_call_etmlx_cannot_compute_as_documented_is_refused_with_the_reason(tmp_path):

@@ -78,12 +78,34 @@ def _define():
                    rhs_indices: Optional[Tensor] = None, lhs_indices: Optional[Tensor] = None, transpose: bool = True,
                    group_size: int = 32, bits: int = 4, mode: str = "affine",
                    sorted_indices: Optional[Tensor] = None) -> Tensor:
-        raise NotImplementedError  # its schema is what matters here: etmlx refuses it by name
+        """x @ w[rhs_indices] dequantized: w holds signed values (int8), or for 4 bits two
+        unsigned nibbles a byte (the even value low) that are signed by subtracting 8;
+        each group of ``group_size`` values of a row is ``q * scale + bias``."""
+        if rhs_indices is not None:
+            w, scales = w[rhs_indices], scales[rhs_indices]
+            biases = None if biases is None else biases[rhs_indices]
+        if w.dtype == torch.uint8:
+            w = torch.stack([w & 15, w >> 4], -1).flatten(-2).to(torch.int16) - 8
+        weight = w.to(x.dtype) * scales.repeat_interleave(group_size, -1)
+        if biases is not None:
+            weight = weight + biases.repeat_interleave(group_size, -1)
+        return x @ (weight.transpose(-1, -2) if transpose else weight)
 
     @gather_qmm.register_fake
     def _(x, w, scales, biases=None, rhs_indices=None, lhs_indices=None, transpose=True, group_size=32, bits=4,
           mode="affine", sorted_indices=None):
-        return x.new_empty((*x.shape[:-1], w.shape[-2]))
+        batch = w.shape[:-2] if rhs_indices is None else rhs_indices.shape
+        return x.new_empty((*batch, x.shape[-2], w.shape[-2] if transpose else w.shape[-1]))
+
+    @torch.library.custom_op("mlx::sample", mutates_args=())
+    def sample(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor,
+               seed: Optional[Tensor] = None) -> Tensor:
+        raise NotImplementedError  # its schema is what matters here: etmlx refuses it by name
+
+    @sample.register_fake
+    def _(logits, temperature, top_k, top_p, seed=None):
+        return logits.new_empty(logits.shape[:-1], dtype=torch.long)
+
 
 
 _define()
