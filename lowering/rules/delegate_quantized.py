@@ -15,6 +15,7 @@ import torch
 
 from etmlx.serializer.generated.etmlx_ir import GatherQmm
 
+from ..dtypes import FLOATING
 from ..registry import lowers
 from .common import dtype_of, example_of
 from .indexing import checked_index
@@ -48,6 +49,8 @@ def check_gather_qmm(node, args) -> Optional[str]:
         return _groups_reason(columns, args.group_size) or f"scales {tuple(scales.shape)} for groups {groups}"
     if args.biases is not None and tuple(example_of(args.biases).shape) != groups:
         return f"biases {tuple(example_of(args.biases).shape)} for groups {groups}"
+    if x.dtype not in FLOATING:
+        return f"{x.dtype} activations (MLX's quantized matmuls are floating point)"
     if scales.dtype != x.dtype:
         return f"{scales.dtype} scales with {x.dtype} activations (MLX dequantizes in the activations' dtype)"
     if x.dim() != ids.dim() + 2 or tuple(x.shape[:-2]) != tuple(ids.shape):

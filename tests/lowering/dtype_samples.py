@@ -12,6 +12,7 @@ import torch
 from executorch.exir.passes import dim_order_ops_registry  # noqa: F401  (registers dim_order_ops::)
 from executorch.extension.llm.export import int4  # noqa: F401  (registers torchao::dequantize_int4_tensor)
 
+from delegate_ops import upstream_ops  # noqa: F401  (defines ExecuTorch's MLX delegate's mlx:: operators)
 from etmlx.lowering import custom_ops  # noqa: F401  (registers etmlx:: operators)
 
 aten = torch.ops.aten
@@ -257,6 +258,10 @@ def _other(dtype):
     stacked = tuple(t.reshape(2, 4, -1) for t in (codes, scale, zero))
     int4_tensor = _int4_tensor(codes, scale, zero)
     mx_tensor, nvfp4_tensor, mxfp4_tensor = (_float_mode_tensor(s) for s in ("mxfp8", "nvfp4", "mxfp4"))
+    # mlx::gather_qmm's stack (4 experts of 8 x 64, int8 values), its scales and biases in the dtype
+    stack_dtype = dtype if dtype.is_floating_point else torch.float32
+    experts = (torch.randint(-128, 128, (4, 8, 64), dtype=torch.int8), (torch.rand(4, 8, 2) * 0.1).to(stack_dtype),
+               (torch.randn(4, 8, 2) * 0.1).to(stack_dtype))
     return {
         "aten::_cdist_forward": lambda x, y, d: aten._cdist_forward(x[0], y[0], 2.0, None),
         "aten::_pdist_forward": lambda x, y, d: aten._pdist_forward(x[0, 0], 2.0),
@@ -285,6 +290,9 @@ def _other(dtype):
             *nvfp4_tensor, 16, x.dtype
         ),
         "etmlx::dequantize_mxfp4": lambda x, y, d: torch.ops.etmlx.dequantize_mxfp4(*mxfp4_tensor, x.dtype),
+        "mlx::gather_qmm": lambda x, y, d: torch.ops.mlx.gather_qmm(
+            torch.cat([x.reshape(2, 60)] * 2, 1)[:, None, :64], *experts, _long(0, 3), group_size=32, bits=8
+        ),
     }
 
 
