@@ -128,6 +128,13 @@ def train_tokenizer(vocab_size: int = 128):
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
 
 
+# The tiny checkpoints' chat template (and the tiny GGUF files', examples/llm_gguf.py).
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s>{% endfor %}"
+    "{% if add_generation_prompt %}<s>assistant: {% endif %}"
+)
+
+
 def tiny_checkpoint(directory, seed: int = 0, max_cache: int = MAX_CACHE, **sizes) -> str:
     """A Hugging Face checkpoint folder as users have them (``config.json``, safetensors,
     ``tokenizer.json``, ``tokenizer_config.json`` with a chat template): ``tiny_llama``'s
@@ -137,10 +144,7 @@ def tiny_checkpoint(directory, seed: int = 0, max_cache: int = MAX_CACHE, **size
         for parameter in model.parameters():
             parameter.mul_(4.0)  # random weights at the default scale make every greedy step alike
     tokenizer = train_tokenizer(model.config.vocab_size)
-    tokenizer.chat_template = (
-        "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s>{% endfor %}"
-        "{% if add_generation_prompt %}<s>assistant: {% endif %}"
-    )
+    tokenizer.chat_template = CHAT_TEMPLATE
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return str(directory)

@@ -94,6 +94,7 @@ def _add_tokenizer(writer, tokenizer) -> None:
     writer.add_bos_token_id(tokenizer.bos_token_id)
     writer.add_eos_token_id(tokenizer.eos_token_id)
     writer.add_unk_token_id(tokenizer.unk_token_id)
+    writer.add_chat_template(llm.CHAT_TEMPLATE)
 
 
 def main(argv=None) -> None:
