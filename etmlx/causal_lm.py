@@ -22,7 +22,7 @@ the cache raises ``IndexRangeError`` instead of returning other numbers.
 import re
 import warnings
 
-from .errors import ExportError
+from .errors import ExportError, first_line
 
 WINDOW_STEP = 256
 # The constant methods ExecuTorch's LLM runner reads (extension/llm/runner/constants.h).
@@ -101,7 +101,7 @@ def _trace_failure(error) -> str:
     raised = re.search(r"(?:raised exception|got) (\w+)\((['\"])(.*?)\2\)", text)
     if raised:
         return f"{raised.group(1)}: {raised.group(3)}"
-    return text.splitlines()[0] if text else type(error).__name__
+    return first_line(error)
 
 
 def runner_metadata(model, max_seq_len: int, capacity: int) -> dict:

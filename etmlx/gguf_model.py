@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import ExportError
+from .errors import ExportError, first_line
 
 GROUP = 32  # the values of a row sharing one scale in every layout kept quantized
 # type name -> bits, for the blocks of 32 values: d (fp16), [m (fp16)], [qh (4 bytes)], qs
@@ -99,13 +99,8 @@ def _reader(path):
     except (ValueError, IndexError, KeyError, OSError, EOFError) as error:
         unknown = re.search(r"(\d+)\)? is not a valid GGMLQuantizationType", str(error))
         reason = f"a tensor of unknown type {unknown.group(1)}" if unknown else \
-            f"truncated or damaged ({_first_line(error)})"
+            f"truncated or damaged ({first_line(error)})"
         raise ExportError(f"{path}: not a valid GGUF file: {reason}") from error
-
-
-def _first_line(error) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _float_model(path, folder, name, architecture: str, dtype):
@@ -120,11 +115,11 @@ def _float_model(path, folder, name, architecture: str, dtype):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
         parsed = load_gguf_checkpoint(path, return_tensors=True, model_to_load=model, torch_dtype=dtype)
     except (ValueError, KeyError, NotImplementedError, OSError) as error:
-        raise ExportError(f"transformers cannot load {path} as a causal LM: {_first_line(error)}") from error
+        raise ExportError(f"transformers cannot load {path} as a causal LM: {first_line(error)}") from error
     try:
         missing, unexpected = model.load_state_dict(parsed["tensors"], strict=False)
     except RuntimeError as error:  # a tensor of another shape than the metadata gives
-        raise ExportError(f"{path}: its tensors do not make a {type(model).__name__}: {_first_line(error)}") from error
+        raise ExportError(f"{path}: its tensors do not make a {type(model).__name__}: {first_line(error)}") from error
     missing = [key for key in missing if not _tied_or_derived(model, key)]
     if missing or unexpected:
         raise ExportError(f"{path}: its tensors do not make a {type(model).__name__}: missing {missing[:4]}, "
@@ -148,7 +143,7 @@ def _tokenizer(folder, name):
         return AutoTokenizer.from_pretrained(folder, gguf_file=name)
     except (ValueError, KeyError, OSError) as error:
         path = os.path.join(folder, name)
-        raise ExportError(f"{path}: transformers cannot read its tokenizer: {_first_line(error)}") from error
+        raise ExportError(f"{path}: transformers cannot read its tokenizer: {first_line(error)}") from error
 
 
 def _sharing(model, weight) -> list:

@@ -7,7 +7,7 @@ import shutil
 import time
 
 from . import gguf_model
-from .errors import ExportError
+from .errors import ExportError, first_line
 
 DEFAULT_MAX_CONTEXT = 2048
 DTYPES = ("float32", "bfloat16", "float16")
@@ -91,8 +91,8 @@ def checkpoint_folder(model) -> str:
     try:
         return snapshot_download(model, allow_patterns=HUB_FILES)
     except (OSError, ValueError) as error:  # not on the Hub, offline without a cached copy, no network
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ExportError(f"{model}: no such directory, and the Hugging Face Hub gave no copy of it: {reason}") from error
+        raise ExportError(f"{model}: no such directory, and the Hugging Face Hub gave no copy of it: "
+                          f"{first_line(error)}") from error
 
 
 def _load(model_dir, dtype):
@@ -106,8 +106,7 @@ def _load(model_dir, dtype):
         AutoConfig.from_pretrained(model_dir)  # an unknown model_type fails here, by name
         return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
     except (ValueError, OSError, KeyError) as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ExportError(f"transformers cannot load {model_dir} as a causal LM: {reason}") from error
+        raise ExportError(f"transformers cannot load {model_dir} as a causal LM: {first_line(error)}") from error
 
 
 def _saved_tokenizer(tokenizer, destination) -> list:

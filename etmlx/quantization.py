@@ -1,7 +1,7 @@
 """``quantize="int2"`` ... ``"int8"`` of ``etmlx.export``: torchao's weight-only quantization,
 applied for the user before export, in the form etmlx lowers to MLX's quantized
-kernels (``lowering/rules/quantized.py``); ``"mxfp8"`` and ``"nvfp4"``: ExecuTorch's
-exportable configs of those float formats (``lowering/rules/exportables.py``)."""
+kernels (``lowering/rules/quantized.py``); ``"mxfp4"``, ``"mxfp8"`` and ``"nvfp4"``: MLX's
+float modes, by ExecuTorch's exportable configs and etmlx's ``mxfp4`` (``lowering/rules/exportables.py``)."""
 
 import copy
 import functools

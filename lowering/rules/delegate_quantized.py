@@ -19,16 +19,14 @@ from ..dtypes import FLOATING
 from ..registry import lowers
 from .common import dtype_of, example_of
 from .indexing import checked_index
-from .quantized import BITS, _bitstream, _groups_reason, _mlx_group_size, check_fixed_at_export
+from .quantized import BITS, _bitstream, _groups_reason, _mlx_group_size, check_fixed_at_export, nibbles
 
 GATHER_QMM = "mlx::gather_qmm"
 
 
 def _values(w: torch.Tensor) -> torch.Tensor:
     """The signed values the op's reference reads from ``w``."""
-    if w.dtype == torch.uint8:
-        return torch.stack([w & 15, w >> 4], -1).flatten(-2).to(torch.int64) - 8
-    return w.to(torch.int64)
+    return nibbles(w) - 8 if w.dtype == torch.uint8 else w.to(torch.int64)
 
 
 def check_gather_qmm(node, args) -> Optional[str]:

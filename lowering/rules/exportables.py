@@ -29,7 +29,7 @@ from ..arguments import bind
 from ..dtypes import FLOATING, ir_dtype
 from ..registry import lowers, op_name
 from .common import example_of
-from .quantized import _groups_reason, _mlx_group_size, check_fixed_at_export, mlx_layout
+from .quantized import _groups_reason, _mlx_group_size, check_fixed_at_export, mlx_layout, nibbles
 
 INT4_TENSOR = "torchao::dequantize_int4_tensor"
 MX_TENSOR = "torchao::dequantize_mx"
@@ -64,7 +64,7 @@ def _check_int4_tensor(node, args) -> Optional[str]:
 def _int4_tensor(ctx, args) -> Packed:
     """Its values signed as torchao's (q - 8), the zero point shifted alike."""
     qdata, scale, zero_point = (ctx.constant_values[a] for a in (args.qdata, args.scale, args.zero_point))
-    values = torch.stack([qdata & 15, qdata >> 4], -1).reshape(qdata.shape[0], -1).to(torch.int64) - 8
+    values = nibbles(qdata) - 8
     scale, zero_point = scale.t().to(torch.float64), zero_point.t().to(torch.float64) - 8
     packed, scales, biases = mlx_layout(values, scale, zero_point, args.group_size, 4, args.output_dtype)
     return Packed(dict(w=ctx.add_constant(packed), scales=ctx.add_constant(scales), biases=ctx.add_constant(biases),

@@ -108,6 +108,12 @@ def _held_by_half(values, tolerance) -> bool:
     return bool(torch.isfinite(half).all() and ((half - values).abs() <= tolerance).all())
 
 
+def nibbles(packed):
+    """Two 4-bit values a byte, the even one in the low nibble (ExecuTorch's int4 tensors,
+    its MLX delegate's 4-bit stacks), unpacked along the last axis, as int64."""
+    return torch.stack([packed & 15, packed >> 4], -1).flatten(-2).to(torch.int64)
+
+
 def _bitstream(unsigned, bits: int):
     """Each row's values as MLX packs them, a little-endian stream of ``bits`` bits a
     value in uint32 words (value i at bits ``i * bits``; at 3, 5 and 6 bits some straddle
