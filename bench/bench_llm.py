@@ -85,12 +85,13 @@ def closeness(float_model, quantized, tokens) -> tuple:
 
 
 def stored_bytes(path: str) -> tuple:
-    """(weights, KV cache) bytes of the .pte's delegates: their constants, packed when
-    quantized, once each; and their buffers, per method (methods share them by name)."""
+    """(weights, KV cache at its capacity) bytes of the .pte's delegates: their constants,
+    packed when quantized, once each; and their buffers, per method (methods share them
+    by name). A cache that grows is neither stored nor held at load."""
     report = inspect_program(path)
     sizes, delegates = report["named_data"], [m["delegates"] for m in report["methods"].values()]
     weights = {c["key"] for method in delegates for d in method for c in d.get("constants", [])}
-    cache = max(sum(sizes[b["key"]] for d in method for b in d.get("buffers", [])) for method in delegates)
+    cache = max(sum(b["bytes"] for d in method for b in d.get("buffers", [])) for method in delegates)
     return sum(sizes[key] for key in weights), cache
 
 
@@ -284,8 +285,8 @@ def main() -> None:
         print(f"{name:<16}{args.prompt / prefill:>15.0f}{1 / decode:>14.0f}"
               f"{base_prefill / prefill:>18.2f}x{base_decode / decode:>17.2f}x")
     print(f"TextLLMRunner decode vs etmlx native: {runs['etmlx native'][1] / runner[1]:.2f}x (its clock counts milliseconds)")
-    print(f"weights as stored {weights / 2**20:.2f} MiB, KV cache {cache / 2**20:.2f} MiB, .pte "
-          f"{result.size_bytes / 2**20:.2f} MiB ({result.size_bytes / (weights + cache):.2f}x weights + cache); "
+    print(f"weights as stored {weights / 2**20:.2f} MiB, KV cache {cache / 2**20:.2f} MiB at capacity (held as "
+          f"tokens are), .pte {result.size_bytes / 2**20:.2f} MiB ({result.size_bytes / weights:.2f}x weights); "
           f"resident memory (weights + cache = {(weights + cache) / 2**20:.1f} MiB):")
     for runtime, text in memory.items():
         print(f"  {runtime:<12} {text}")

@@ -14,13 +14,18 @@ whatever it loads):
   just before it);
 - after: growth of its resident memory once loaded;
 - both as ratios to what a loaded program must hold, its constants plus buffers
-  (``etmlx inspect``'s ``held_bytes``: the weights and the KV cache).
+  (``etmlx inspect``'s ``held_bytes``: the weights; a KV cache grows with the tokens
+  held and holds nothing yet);
+- with ``--held N``: the peak and resident growth once N tokens are prefilled after
+  the load, against the weights plus those tokens' cache (``held_bytes``'s
+  ``growing_buffers`` scaled to N of the capacity).
 
 The file is read once before the runs, so every process finds it in the page cache.
 
     python bench/bench_load.py                      # Llama, hidden 1024, 8 layers, fp32 and int4
     python bench/bench_load.py --pte model.pte      # a program of your own (TextLLMRunner
                                                     # too, for an LLM with a tokenizer.json beside it)
+    python bench/bench_load.py --max-cache 32768 --held 40   # memory that follows the tokens held
 """
 
 import argparse
@@ -52,9 +57,10 @@ def _reset_peak() -> None:
         f.write("5")
 
 
-def _child(runtime: str, path: str, first_call: bool) -> dict:
+def _child(runtime: str, path: str, first_call: bool, held: int = 0) -> dict:
     """``runtime`` "TextLLMRunner": ExecuTorch's LLM runner, with the tokenizer.json
-    beside ``path``."""
+    beside ``path``. ``held``: tokens prefilled after the load (``python`` and
+    ``executorch``), measured as ``held_peak`` and ``held_after``."""
     import mlx.core as mx
     import numpy as np
 
@@ -89,11 +95,20 @@ def _child(runtime: str, path: str, first_call: bool) -> dict:
     if first_call and runtime in ("python", "executorch"):
         program.forward(np.array([[1]], np.int64), np.array([0], np.int64))
         result["first_call_s"] = time.perf_counter() - loaded
+    if held and runtime in ("python", "executorch"):
+        chunk = program.run_method("get_max_seq_len", [])[0]
+        for start in range(0, held, chunk):
+            positions = np.arange(start, min(start + chunk, held), dtype=np.int64)
+            program.forward((positions % 97 + 1)[None], positions)
+        result["held_peak"] = _status_bytes("VmHWM") - resident
+        result["held_after"] = _status_bytes("VmRSS") - resident
     return result
 
 
-def _run_child(runtime: str, path: str, first_call: bool) -> dict:
+def run_child(runtime: str, path: str, first_call: bool = False, held: int = 0) -> dict:
+    """``_child``'s figures, from a fresh process."""
     command = [sys.executable, os.path.abspath(__file__), "--child", runtime, path] + ["--first-call"] * first_call
+    command += ["--held", str(held)] if held else []
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -114,7 +129,7 @@ def _export(directory: str, quantize, hidden: int, layers: int, max_cache: int) 
     return path
 
 
-def report(path: str, label: str, repeats: int) -> None:
+def report(path: str, label: str, repeats: int, held_tokens: int = 0) -> None:
     from etmlx.inspection import constant_methods, inspect_program
 
     held = inspect_program(path)["held_bytes"]
@@ -128,20 +143,33 @@ def report(path: str, label: str, repeats: int) -> None:
           f"constants + {held['buffers'] / MIB:.0f} MiB of buffers (= 1.00x below)")
     print(f"{'':<12}{'load s':>9}{'vs read':>9}{'peak MiB':>10}{'peak/held':>11}{'after MiB':>11}{'after/held':>12}"
           f"{'1st call s':>12}")
-    rows = {runtime: min((_run_child(runtime, path, language_model) for _ in range(repeats)), key=lambda r: r["load_s"])
-            for runtime in RUNTIMES if runtime != "TextLLMRunner" or (language_model and tokenizer)}
+    fastest = lambda runtime: min(  # noqa: E731
+        (run_child(runtime, path, language_model, held_tokens) for _ in range(repeats)), key=lambda r: r["load_s"]
+    )
+    rows = {runtime: fastest(runtime) for runtime in RUNTIMES if runtime != "TextLLMRunner" or (language_model and tokenizer)}
     for runtime, row in rows.items():
         first = f"{row['first_call_s']:>12.3f}" if "first_call_s" in row else f"{'':>12}"
         print(f"{runtime:<12}{row['load_s']:>9.3f}{row['load_s'] / rows['read']['load_s']:>8.2f}x"
               f"{row['peak'] / MIB:>10.0f}{row['peak'] / need:>10.2f}x{row['after'] / MIB:>11.0f}"
               f"{row['after'] / need:>11.2f}x{first}")
+    if held_tokens:
+        capacity = constant_methods(path)["get_max_context_len"][0]
+        cache = held["growing_buffers"] * min(held_tokens, capacity) / capacity
+        print(f"{held_tokens} tokens held: weights + their cache = {(need + cache) / MIB:.1f} MiB (the whole "
+              f"{capacity}-token cache: {held['growing_buffers'] / MIB:.0f} MiB more)")
+        print(f"{'':<12}{'peak MiB':>10}{'peak/need':>11}{'after MiB':>11}{'after/need':>12}")
+        for runtime, row in rows.items():
+            if "held_peak" in row:
+                print(f"{runtime:<12}{row['held_peak'] / MIB:>10.1f}{row['held_peak'] / (need + cache):>10.2f}x"
+                      f"{row['held_after'] / MIB:>11.1f}{row['held_after'] / (need + cache):>11.2f}x")
 
 
 def main() -> None:
     if not os.path.exists("/proc/self/clear_refs"):
         sys.exit("bench_load.py measures peak and resident memory through /proc (Linux 4.0 or later)")
     if sys.argv[1:2] == ["--child"]:
-        print(json.dumps(_child(sys.argv[2], sys.argv[3], first_call="--first-call" in sys.argv)))
+        held = int(sys.argv[sys.argv.index("--held") + 1]) if "--held" in sys.argv else 0
+        print(json.dumps(_child(sys.argv[2], sys.argv[3], first_call="--first-call" in sys.argv, held=held)))
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pte", help="a .pte to load instead of the exported Llamas")
@@ -149,19 +177,20 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--max-cache", type=int, default=2048)
     parser.add_argument("--repeats", type=int, default=3, help="processes per runtime; the fastest load is shown")
+    parser.add_argument("--held", type=int, default=0, help="tokens to prefill after the load, then measure again")
     args = parser.parse_args()
     from etmlx.runtime_shim.blas import preload_openblas
 
     print(f"MLX CPU; BLAS: {preload_openblas()}")
     if args.pte:
-        report(args.pte, args.pte, args.repeats)
+        report(args.pte, args.pte, args.repeats, args.held)
         return
     with tempfile.TemporaryDirectory() as directory:
         for quantize in (None, "int4"):
             start = time.perf_counter()
             path = _export(directory, quantize, args.hidden, args.layers, args.max_cache)
             label = f"Llama hidden {args.hidden}, {args.layers} layers, cache {args.max_cache}, {quantize or 'fp32'}"
-            report(path, f"{label} (built and exported in {time.perf_counter() - start:.1f} s)", args.repeats)
+            report(path, f"{label} (built and exported in {time.perf_counter() - start:.1f} s)", args.repeats, args.held)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,14 @@
 """``etmlx inspect``: what a .pte holds, with each etmlx delegate's MLX nodes in order."""
 
 import collections
+import math
 import textwrap
 
 from etmlx.runtime_shim.describe import describe
 from etmlx.runtime_shim.pte_file import read_pte
 from etmlx.serializer import BACKEND_ID, deserialize, node_type
 from etmlx.serializer.generated.etmlx_ir.QuantMode import QuantMode
-from etmlx.serializer.ir import DTYPE_NAMES, QUANT_MODE_NAMES
+from etmlx.serializer.ir import DTYPE_NAMES, NUMPY_STORAGE, QUANT_MODE_NAMES
 
 
 def inspect_program(path_or_bytes) -> dict:
@@ -30,17 +31,19 @@ def inspect_program(path_or_bytes) -> dict:
 
 
 def held_bytes(report: dict) -> dict:
-    """What a load of the program holds in MLX, ``{"constants": n, "buffers": n}``: each
-    constant once per key, dtype and shape (the runtimes share them between methods),
-    each buffer once per name (its initial value's size: the buffer's)."""
-    sizes, constants, buffers = report["named_data"], {}, {}
+    """What a load of the program holds in MLX, ``{"constants": n, "buffers": n,
+    "growing_buffers": n}``: each constant once per key, dtype and shape (the runtimes
+    share them between methods), each buffer once per name; ``growing_buffers`` is what
+    the buffers that grow with the tokens held (KV caches) take at their capacity, of
+    which a load holds nothing until calls write them."""
+    sizes, constants, buffers, growing = report["named_data"], {}, {}, {}
     for method in report["methods"].values():
         for delegate in method["delegates"]:
             for tensor in delegate.get("constants", []):
                 constants[(tensor["key"], tensor["dtype"], tuple(tensor["shape"]))] = sizes.get(tensor["key"], 0)
             for tensor in delegate.get("buffers", []):
-                buffers[tensor["name"]] = sizes.get(tensor["key"], 0)
-    return {"constants": sum(constants.values()), "buffers": sum(buffers.values())}
+                (buffers if tensor["grows_along"] is None else growing)[tensor["name"]] = tensor["bytes"]
+    return {"constants": sum(constants.values()), "buffers": sum(buffers.values()), "growing_buffers": sum(growing.values())}
 
 
 def constant_methods(path_or_bytes) -> dict:
@@ -68,7 +71,11 @@ def _delegate(pte, delegate) -> dict:
     graph = deserialize(pte.delegate_data(delegate))
     entry["nodes"] = [node_type(node) for node in graph.nodes or []]
     entry["constants"] = [_named(c) for c in graph.constants or []]
-    entry["buffers"] = [{"name": b.name, **_named(b.initial)} for b in graph.buffers or []]
+    entry["buffers"] = [
+        {"name": b.name, **_named(b.initial), "grows_along": b.growAxis if b.growAxis >= 0 else None,
+         "bytes": math.prod(b.initial.shape or []) * NUMPY_STORAGE[b.initial.dtype].itemsize}
+        for b in graph.buffers or []
+    ]
     entry["quantized"] = _quantized_weights(graph)
     return entry
 
@@ -107,6 +114,8 @@ def format_text(report: dict, constants: bool = False) -> str:
         f"file size: {report['file_size']} bytes",
         f"held once loaded: {held['constants']} bytes of constants, {held['buffers']} bytes of buffers",
     ]
+    if held["growing_buffers"]:
+        lines.append(f"and as tokens are held: KV caches that grow to {held['growing_buffers']} bytes")
     for name, method in report["methods"].items():
         lines.append(f"method {name}:")
         for label in ("inputs", "outputs"):
@@ -129,13 +138,16 @@ def format_text(report: dict, constants: bool = False) -> str:
                     lines.append(f"    constants: {len(delegate['constants'])}, {total} bytes (--constants lists them)")
                 for label in ("constants", "buffers") if constants else ("buffers",):
                     for tensor in delegate[label]:
-                        size = sizes.get(tensor["key"], 0)
-                        lines.append(
-                            f"    {label[:-1]} {tensor['dtype']}{tensor['shape']}: {size} bytes ({tensor['key']})"
-                        )
+                        lines.append(f"    {label[:-1]} {tensor['dtype']}{tensor['shape']}: {_held_text(tensor, sizes)}")
         kernels = method["kernels"]
         lines.append(f"  kernels outside MLX ({len(kernels)}): {', '.join(kernels) or 'none'}")
     return "\n".join(lines)
+
+
+def _held_text(tensor: dict, sizes: dict) -> str:
+    if tensor.get("grows_along") is not None:
+        return f"grows along axis {tensor['grows_along']} to {tensor['bytes']} bytes ({tensor['name']})"
+    return f"{sizes.get(tensor['key'], 0)} bytes ({tensor['key']})"
 
 
 def _io_text(value: dict) -> str:

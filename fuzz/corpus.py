@@ -1,7 +1,8 @@
 """The programs the fuzzer mutates: small exported models that between them have every
 part of a .pte a reader must check — static and dynamic shapes, mutable buffers, a
 bounds-checked index input, partial delegation (two payloads around a declined call),
-quantized weights (affine and a float mode), sorting and scattering, rotary embeddings."""
+quantized weights (affine and a float mode), sorting and scattering, rotary embeddings,
+KV caches that grow."""
 
 import dataclasses
 import pathlib
@@ -14,7 +15,7 @@ from etmlx.quantization import quantized_copy
 from etmlx.exporter import trace
 from etmlx.shard_plan import find_blocks
 from etmlx.sharding import shard
-from examples import models
+from examples import llm, models
 
 
 @dataclasses.dataclass
@@ -125,6 +126,10 @@ def _factories():
     yield "quantized_experts", quantized_copy(Experts(dim=32), "int4", 32)[0], (torch.randn(5, 32),), None
     # rank 0's shard of 2 (AllSum nodes): run in a process group of one, where the sum is x
     yield "tensor_parallel_rank", shard(block, find_blocks(block, trace(block, block_inputs)), 0, 2)[0], block_inputs, None
+    # a causal LM's methods (a dict: etmlx.export_methods): KV caches that grow in windows of 8
+    language_model = llm.tiny_llama(hidden=32, layers=1, max_cache=32)
+    yield "growing_kv_cache", llm.export_methods(language_model, 4, window_step=8), (
+        torch.tensor([[1, 2, 3]]), torch.arange(3)), None
 
 
 def build(directory: pathlib.Path) -> list:
@@ -134,7 +139,9 @@ def build(directory: pathlib.Path) -> list:
     torch.manual_seed(0)
     for name, module, inputs, dynamic_shapes in _factories():
         path = directory / f"{name}.pte"
-        if not path.exists():
+        if not path.exists() and isinstance(module, dict):
+            etmlx.export_methods(module, path)
+        elif not path.exists():
             etmlx.export(module, inputs, path, dynamic_shapes=dynamic_shapes)
         entries.append(Entry(name, path.read_bytes(), [np.asarray(x.numpy()) for x in inputs]))
     return entries

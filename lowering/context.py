@@ -137,7 +137,12 @@ class LoweringContext:
         final: a weight a fusion replaced (the expert stacks ``gather_mm`` stores
         transposed, say) is then not written into the .pte as well."""
         for named in list(self.graph.constants) + [buffer.initial for buffer in self.graph.buffers]:
-            self._store.add_named_data(named.key, self._bytes[named.key])
+            if named.key:  # a growing buffer's zeros are not stored
+                self._store.add_named_data(named.key, self._bytes[named.key])
+
+    def holds_zeros(self, named) -> bool:
+        """Whether the constant or buffer value ``named`` is all zeros."""
+        return not self._bytes[named.key].strip(b"\0")
 
     def add_buffer(self, node: fx.Node, name: str, initial: torch.Tensor) -> None:
         ref = self.new_tensor()

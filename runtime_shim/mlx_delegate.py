@@ -15,14 +15,14 @@ import numpy as np
 
 from etmlx.serializer import BACKEND_ID, PayloadError, deserialize
 from etmlx.serializer.generated.etmlx_ir.ValueKind import ValueKind
-from etmlx.serializer.ir import OP_NAMES, TidT, read_operands
+from etmlx.serializer.ir import NUMPY_STORAGE, OP_NAMES, TidT, read_operands
 
 from .backends import register_backend
 from .errors import ExecutionError
 from .limits import max_array_bytes
 from .mlx_ops import HANDLERS
 from .mlx_ops.indexing import first_out_of_range, index_error
-from .mlx_ops.env import MX_DTYPES, NUMPY_STORAGE, Env
+from .mlx_ops.env import MX_DTYPES, Env
 from .state import ProgramState
 
 # What MLX's Python API raises for bad shapes, axes and arguments.
@@ -59,12 +59,18 @@ class MlxDelegate:
             if not op.size.isSlot and op.size.value < 0:
                 raise PayloadError(f"a CheckIndex against a negative size, {op.size.value}")
         self._state = state
+        input_of_slot = {v.slot: i for i, v in enumerate(graph.inputs or []) if v.kind == ValueKind.Int}
+        self._growing = []  # (buffer name, the input giving its extent)
         for buffer in graph.buffers or []:
-            state.register(buffer.name, _named_array(buffer.initial, named_data))
+            named, grows = buffer.initial, buffer.growAxis >= 0
+            state.register(buffer.name, tuple(named.shape or []), MX_DTYPES[named.dtype],
+                           lambda named=named: _named_array(named, named_data), buffer.growAxis if grows else None)
+            if grows:
+                self._growing.append((buffer.name, input_of_slot[buffer.growExtent]))
         self._buffer_slots = [(b.name, b.initial.slot) for b in graph.buffers or []]
         self._buffer_updates = [(b.name, b.update) for b in graph.buffers or [] if b.hasUpdate]
         self._compilable = os.environ.get("ETMLX_COMPILE", "1") != "0" and _compilable(graph)
-        self._size_inputs = [i for i, v in enumerate(graph.inputs or []) if v.kind == ValueKind.Int]
+        self._size_inputs = list(input_of_slot.values())
         self._compiled = {}  # values of the integer inputs -> the graph compiled for them
         self.num_inputs = len(graph.inputs or [])
         self.num_outputs = len(graph.outputs or [])
@@ -76,7 +82,10 @@ class MlxDelegate:
         The checked indices are evaluated first and the buffer updates committed before
         the rest is: the program state then no longer holds a buffer's old value when
         its update is computed, so MLX writes the update into the old value's memory (a
-        KV-cache write touches its slots instead of copying the whole cache)."""
+        KV-cache write touches its slots instead of copying the whole cache). A growing
+        buffer is first extended to the extent its integer input asks for."""
+        for name, position in self._growing:
+            self._state.reserve(name, int(inputs[position]))
         buffers = [self._state[name] for name, _ in self._buffer_slots]
         with _mlx_failures_as_execution_errors():
             outputs, updates, checks = self._compute(list(inputs))(list(inputs), buffers, self._literals)

@@ -8,7 +8,8 @@ Atan2, and Sort. 4: Rope (rotary embeddings fused into mx.fast.rope), IndexPut's
 ``reduce``. 5: ArgSort (sort and topk indices), GatherMm and GatherQmm
 (mixture-of-experts matmuls). 6: AllSum (tensor parallelism across processes).
 7: quantized weights of 3, 5 and 6 bits. 8: the float quantization modes (mxfp4, mxfp8,
-nvfp4) of QuantizedMatmul and Dequantize, which have no biases.
+nvfp4) of QuantizedMatmul and Dequantize, which have no biases. 9: buffers that grow
+along an axis (KV caches whose memory follows the tokens held).
 """
 
 # The id ExecuTorch files payloads of this format under: the AOT backend's class name
@@ -16,7 +17,7 @@ nvfp4) of QuantizedMatmul and Dequantize, which have no biases.
 BACKEND_ID = "EtMlxBackend"
 PAYLOAD_MAGIC = b"EMLX"
 # The payload format this etmlx writes; both readers refuse a newer one by name.
-FORMAT_VERSION = 8
+FORMAT_VERSION = 9
 # Slot counts past this are refused before a runtime allocates per-slot storage.
 MAX_SLOTS = 1 << 24
 # ETMLX_MAX_ARRAY_BYTES's default: the largest array one MLX node may make.

@@ -3,6 +3,8 @@
 import pathlib
 import re
 
+import numpy as np
+
 from .generated.etmlx_ir import DType as _dtype
 from .generated.etmlx_ir import Op as _op
 from .generated.etmlx_ir.QuantMode import QuantMode
@@ -31,6 +33,11 @@ TORCH_DTYPE_NAMES = {
     _dtype.DType.BFloat16: "bfloat16",
     _dtype.DType.Float32: "float32",
     _dtype.DType.UInt32: "uint32",
+}
+
+# How a constant's bytes are laid out in the .pte; bfloat16 as its 16-bit pattern.
+NUMPY_STORAGE = {
+    dtype: np.dtype(np.uint16 if name == "bfloat16" else name) for dtype, name in TORCH_DTYPE_NAMES.items()
 }
 
 TidT = _tid.TidT

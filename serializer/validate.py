@@ -46,10 +46,12 @@ def validate(graph) -> None:
         slots_of_kind[value.kind].write(value.slot, f"input {i}")
     for i, constant in enumerate(graph.constants or []):
         _check_named_tensor(constant, tensors, f"constant {i}")
+    size_inputs = {v.slot for v in graph.inputs or [] if v.kind == ValueKind.Int}
     for i, buffer in enumerate(graph.buffers or []):
         if buffer.initial is None or not buffer.name:
             raise PayloadError(f"buffer {i}: missing initial value or name")
-        _check_named_tensor(buffer.initial, tensors, f"buffer {i}")
+        _check_growth(buffer, size_inputs, f"buffer {i}")
+        _check_named_tensor(buffer.initial, tensors, f"buffer {i}", stored=buffer.growAxis < 0)
     for i, node in enumerate(graph.nodes or []):
         _check_node(node, i, tensors, ints)
     for i, buffer in enumerate(graph.buffers or []):
@@ -61,8 +63,21 @@ def validate(graph) -> None:
         slots_of_kind[value.kind].read(value.slot, f"output {i}")
 
 
-def _check_named_tensor(tensor, tensors: _Slots, where: str) -> None:
-    if not tensor.key:
+def _check_growth(buffer, size_inputs: set, where: str) -> None:
+    """A growing buffer's axis lies in its shape and its extent is an integer input."""
+    if buffer.growAxis < 0:
+        return
+    rank = len(buffer.initial.shape or [])
+    if buffer.growAxis >= rank:
+        raise PayloadError(f"{where}: grows along axis {buffer.growAxis} of a rank-{rank} shape")
+    if buffer.growExtent not in size_inputs:
+        raise PayloadError(f"{where}: grows to int slot {buffer.growExtent}, which is no integer input")
+    if buffer.initial.key:
+        raise PayloadError(f"{where}: a growing buffer starts as zeros, but names stored data")
+
+
+def _check_named_tensor(tensor, tensors: _Slots, where: str, stored: bool = True) -> None:
+    if stored and not tensor.key:
         raise PayloadError(f"{where}: missing data key")
     _check_dtype(tensor.dtype, where)
     if any(size < 0 for size in tensor.shape or []):

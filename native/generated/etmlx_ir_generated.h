@@ -5819,7 +5819,9 @@ struct MutableBuffer FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_INITIAL = 4,
     VT_UPDATE = 6,
     VT_HAS_UPDATE = 8,
-    VT_NAME = 10
+    VT_NAME = 10,
+    VT_GROW_AXIS = 12,
+    VT_GROW_EXTENT = 14
   };
   const etmlx_ir::NamedTensor *initial() const {
     return GetPointer<const etmlx_ir::NamedTensor *>(VT_INITIAL);
@@ -5833,6 +5835,12 @@ struct MutableBuffer FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const ::flatbuffers::String *name() const {
     return GetPointer<const ::flatbuffers::String *>(VT_NAME);
   }
+  int32_t grow_axis() const {
+    return GetField<int32_t>(VT_GROW_AXIS, -1);
+  }
+  uint32_t grow_extent() const {
+    return GetField<uint32_t>(VT_GROW_EXTENT, 0);
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -5842,6 +5850,8 @@ struct MutableBuffer FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyField<uint8_t>(verifier, VT_HAS_UPDATE, 1) &&
            VerifyOffset(verifier, VT_NAME) &&
            verifier.VerifyString(name()) &&
+           VerifyField<int32_t>(verifier, VT_GROW_AXIS, 4) &&
+           VerifyField<uint32_t>(verifier, VT_GROW_EXTENT, 4) &&
            verifier.EndTable();
   }
 };
@@ -5862,6 +5872,12 @@ struct MutableBufferBuilder {
   void add_name(::flatbuffers::Offset<::flatbuffers::String> name) {
     fbb_.AddOffset(MutableBuffer::VT_NAME, name);
   }
+  void add_grow_axis(int32_t grow_axis) {
+    fbb_.AddElement<int32_t>(MutableBuffer::VT_GROW_AXIS, grow_axis, -1);
+  }
+  void add_grow_extent(uint32_t grow_extent) {
+    fbb_.AddElement<uint32_t>(MutableBuffer::VT_GROW_EXTENT, grow_extent, 0);
+  }
   explicit MutableBufferBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -5878,8 +5894,12 @@ inline ::flatbuffers::Offset<MutableBuffer> CreateMutableBuffer(
     ::flatbuffers::Offset<etmlx_ir::NamedTensor> initial = 0,
     uint32_t update = 0,
     bool has_update = false,
-    ::flatbuffers::Offset<::flatbuffers::String> name = 0) {
+    ::flatbuffers::Offset<::flatbuffers::String> name = 0,
+    int32_t grow_axis = -1,
+    uint32_t grow_extent = 0) {
   MutableBufferBuilder builder_(_fbb);
+  builder_.add_grow_extent(grow_extent);
+  builder_.add_grow_axis(grow_axis);
   builder_.add_name(name);
   builder_.add_update(update);
   builder_.add_initial(initial);
@@ -5892,14 +5912,18 @@ inline ::flatbuffers::Offset<MutableBuffer> CreateMutableBufferDirect(
     ::flatbuffers::Offset<etmlx_ir::NamedTensor> initial = 0,
     uint32_t update = 0,
     bool has_update = false,
-    const char *name = nullptr) {
+    const char *name = nullptr,
+    int32_t grow_axis = -1,
+    uint32_t grow_extent = 0) {
   auto name__ = name ? _fbb.CreateString(name) : 0;
   return etmlx_ir::CreateMutableBuffer(
       _fbb,
       initial,
       update,
       has_update,
-      name__);
+      name__,
+      grow_axis,
+      grow_extent);
 }
 
 struct Graph FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
@@ -7930,7 +7954,9 @@ inline const ::flatbuffers::TypeTable *MutableBufferTypeTable() {
     { ::flatbuffers::ET_SEQUENCE, 0, 0 },
     { ::flatbuffers::ET_UINT, 0, -1 },
     { ::flatbuffers::ET_BOOL, 0, -1 },
-    { ::flatbuffers::ET_STRING, 0, -1 }
+    { ::flatbuffers::ET_STRING, 0, -1 },
+    { ::flatbuffers::ET_INT, 0, -1 },
+    { ::flatbuffers::ET_UINT, 0, -1 }
   };
   static const ::flatbuffers::TypeFunction type_refs[] = {
     etmlx_ir::NamedTensorTypeTable
@@ -7939,10 +7965,12 @@ inline const ::flatbuffers::TypeTable *MutableBufferTypeTable() {
     "initial",
     "update",
     "has_update",
-    "name"
+    "name",
+    "grow_axis",
+    "grow_extent"
   };
   static const ::flatbuffers::TypeTable tt = {
-    ::flatbuffers::ST_TABLE, 4, type_codes, type_refs, nullptr, nullptr, names
+    ::flatbuffers::ST_TABLE, 6, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }

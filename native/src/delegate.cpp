@@ -96,7 +96,15 @@ Delegate::Delegate(Payload payload, const NamedDataMap* named_data, std::shared_
   for (const auto* buffer : items(graph_.buffers())) {
     const auto& initial = *buffer->initial();
     const std::string name = buffer->name()->str();
-    state_->declare_buffer(name, constant_id(initial), [&] { return load_named(initial, named_data); });
+    state_->declare_buffer(name, constant_id(initial), buffer->grow_axis(),
+                           [&] { return load_named(initial, named_data); });
+    if (buffer->grow_axis() >= 0) {  // validate() checked its extent is an integer input's slot
+      const auto inputs = items(graph_.inputs());
+      const auto extent = std::find_if(inputs.begin(), inputs.end(), [&](const auto* value) {
+        return value->kind() == etmlx_ir::ValueKind::Int && value->slot() == buffer->grow_extent();
+      });
+      growing_.emplace_back(name, static_cast<size_t>(extent - inputs.begin()));
+    }
     buffer_slots_.emplace_back(name, initial.slot());
     if (buffer->has_update()) {
       buffer_updates_.emplace_back(name, buffer->update());
@@ -291,6 +299,9 @@ Delegate::Results Delegate::compute(const std::vector<Value>& inputs) {
       throw InputError("input " + std::to_string(i) + " should be " +
                        (input_kinds_[i] == etmlx_ir::ValueKind::Int ? "an integer" : "a tensor"));
     }
+  }
+  for (const auto& [name, input] : growing_) {
+    state_->reserve(name, std::get<int64_t>(inputs[input]));
   }
   std::vector<mx::array> buffers;
   for (const auto& [name, slot] : buffer_slots_) {

@@ -86,6 +86,7 @@ class Delegate {
   size_t num_checked_sizes_ = 0;          // how many of them have no static size
   std::vector<std::pair<std::string, uint32_t>> buffer_slots_;    // buffer name, slot it is read from
   std::vector<std::pair<std::string, uint32_t>> buffer_updates_;  // buffer name, slot of its new value
+  std::vector<std::pair<std::string, size_t>> growing_;  // growing buffer's name, the input giving its extent
   std::vector<etmlx_ir::ValueKind> input_kinds_;
   std::vector<etmlx_ir::ValueKind> output_kinds_;
 

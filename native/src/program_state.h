@@ -38,8 +38,15 @@ class ProgramState {
   mx::array constant(const ConstantId& id, const std::function<mx::array()>& load);
 
   // Declares buffer `name`; the first delegate to declare it sets its initial
-  // value. Throws FormatError when two delegates declare it differently.
-  void declare_buffer(const std::string& name, const ConstantId& initial, const std::function<mx::array()>& load);
+  // value: `load()`, or for a buffer that grows along `grow_axis` (>= 0) an empty
+  // extent there. Throws FormatError when two delegates declare it differently.
+  void declare_buffer(const std::string& name, const ConstantId& initial, int grow_axis,
+                      const std::function<mx::array()>& load);
+
+  // Extends growing buffer `name` with zeros to `extent` along its axis (a copy of
+  // the part held, once per window a conversation grows into). Throws InputError
+  // for an extent past its declared shape.
+  void reserve(const std::string& name, int64_t extent);
 
   const mx::array& buffer(const std::string& name) const { return buffers_.at(name).value; }
   void set_buffer(const std::string& name, mx::array value) { buffers_.at(name).value = std::move(value); }
@@ -47,6 +54,7 @@ class ProgramState {
  private:
   struct Buffer {
     ConstantId declared;
+    int grow_axis;  // -1: held whole from the start
     mx::array value;
   };
   std::map<ConstantId, mx::array> constants_;

@@ -1,5 +1,6 @@
 #include "validate.h"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -205,11 +206,12 @@ class NodeChecker {
   Slots& ints_;
 };
 
-void check_named_tensor(const etmlx_ir::NamedTensor* tensor, Slots& tensors, const std::string& where) {
+void check_named_tensor(const etmlx_ir::NamedTensor* tensor, Slots& tensors, const std::string& where,
+                        bool stored = true) {
   if (tensor == nullptr) {
     throw FormatError(where + ": missing");
   }
-  if (tensor->key() == nullptr || tensor->key()->size() == 0) {
+  if (stored && (tensor->key() == nullptr || tensor->key()->size() == 0)) {
     throw FormatError(where + ": missing data key");
   }
   if (tensor->dtype() < etmlx_ir::DType::MIN || tensor->dtype() > etmlx_ir::DType::MAX) {
@@ -223,6 +225,31 @@ void check_named_tensor(const etmlx_ir::NamedTensor* tensor, Slots& tensors, con
     }
   }
   tensors.write(tensor->slot(), where);
+}
+
+// A growing buffer's axis lies in its shape, its extent is an integer input, and
+// it names no stored data (it starts as zeros).
+void check_growth(const etmlx_ir::MutableBuffer& buffer, const etmlx_ir::Graph& graph, const std::string& where) {
+  if (buffer.grow_axis() < 0) {
+    return;
+  }
+  const auto* shape = buffer.initial()->shape();
+  const int64_t rank = shape == nullptr ? 0 : shape->size();
+  if (buffer.grow_axis() >= rank) {
+    throw FormatError(where + ": grows along axis " + std::to_string(buffer.grow_axis()) + " of a rank-" +
+                      std::to_string(rank) + " shape");
+  }
+  const auto* inputs = graph.inputs();
+  const bool is_input = inputs != nullptr && std::any_of(inputs->begin(), inputs->end(), [&](const auto* value) {
+    return value->kind() == etmlx_ir::ValueKind::Int && value->slot() == buffer.grow_extent();
+  });
+  if (!is_input) {
+    throw FormatError(where + ": grows to int slot " + std::to_string(buffer.grow_extent()) +
+                      ", which is no integer input");
+  }
+  if (buffer.initial()->key() != nullptr && buffer.initial()->key()->size() != 0) {
+    throw FormatError(where + ": a growing buffer starts as zeros, but names stored data");
+  }
 }
 
 Slots& slots_of(etmlx_ir::ValueKind kind, Slots& tensors, Slots& ints, const std::string& where) {
@@ -265,7 +292,8 @@ GraphLayout validate(const etmlx_ir::Graph& graph) {
       if (buffer->initial() == nullptr || buffer->name() == nullptr || buffer->name()->size() == 0) {
         throw FormatError(where + ": missing initial value or name");
       }
-      check_named_tensor(buffer->initial(), tensors, where);
+      check_growth(*buffer, graph, where);
+      check_named_tensor(buffer->initial(), tensors, where, buffer->grow_axis() < 0);
     }
   }
   GraphLayout layout;

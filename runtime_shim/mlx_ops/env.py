@@ -1,16 +1,10 @@
 """The values of one delegate call: tensor slots and int slots."""
 
 import mlx.core as mx
-import numpy as np
 
 from etmlx.serializer.ir import TORCH_DTYPE_NAMES
 
 MX_DTYPES = {dtype: getattr(mx, "bool_" if name == "bool" else name) for dtype, name in TORCH_DTYPE_NAMES.items()}
-
-# How a constant's bytes are laid out in the .pte; bfloat16 as its 16-bit pattern.
-NUMPY_STORAGE = {
-    dtype: np.dtype(np.uint16 if name == "bfloat16" else name) for dtype, name in TORCH_DTYPE_NAMES.items()
-}
 
 
 def floating_operand(x: mx.array, what: str) -> mx.array:

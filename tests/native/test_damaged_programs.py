@@ -251,3 +251,17 @@ def test_a_gathered_matmul_whose_operands_do_not_fit(name, field, wrong):
     for runtime in runtimes.RUNTIMES:
         with pytest.raises((PteFormatError, ExecutionError), match=what):
             etmlx.load(_patched(data, patch), runtime=runtime).forward(x)
+
+
+def test_a_growing_buffer_along_an_axis_it_does_not_have(tmp_path):
+    """A KV cache declared to grow along axis 9 of its 4: refused at load by name."""
+    from examples import llm
+
+    path = tmp_path / "llm.pte"
+    etmlx.export_methods(llm.export_methods(llm.tiny_llama(hidden=32, layers=1, max_cache=32), 4, window_step=8), path)
+
+    def patch(body, graph):
+        buffer = next(graph.Buffers(i) for i in range(graph.BuffersLength()) if graph.Buffers(i).GrowAxis() == 2)
+        struct.pack_into("<i", body, _field_position(buffer, 4 + 2 * 4), 9)  # grow_axis
+
+    _load_everywhere(_patched(path.read_bytes(), patch), "grows along axis 9 of a rank-4 shape")

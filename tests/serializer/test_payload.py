@@ -137,8 +137,8 @@ def test_every_ir_dtype_has_its_torch_mlx_and_numpy_forms():
     import torch
 
     from etmlx.lowering.dtypes import TORCH_TO_IR
-    from etmlx.runtime_shim.mlx_ops.env import MX_DTYPES, NUMPY_STORAGE
-    from etmlx.serializer.ir import DTYPE_NAMES, TORCH_DTYPE_NAMES
+    from etmlx.runtime_shim.mlx_ops.env import MX_DTYPES
+    from etmlx.serializer.ir import DTYPE_NAMES, NUMPY_STORAGE, TORCH_DTYPE_NAMES
 
     assert set(TORCH_DTYPE_NAMES) == set(DTYPE_NAMES)
     for dtype, name in TORCH_DTYPE_NAMES.items():

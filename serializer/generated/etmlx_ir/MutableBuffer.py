@@ -57,8 +57,22 @@ class MutableBuffer(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # MutableBuffer
+    def GrowAxis(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return -1
+
+    # MutableBuffer
+    def GrowExtent(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
 def MutableBufferStart(builder):
-    builder.StartObject(4)
+    builder.StartObject(6)
 
 def Start(builder):
     MutableBufferStart(builder)
@@ -87,6 +101,18 @@ def MutableBufferAddName(builder, name):
 def AddName(builder, name):
     MutableBufferAddName(builder, name)
 
+def MutableBufferAddGrowAxis(builder, growAxis):
+    builder.PrependInt32Slot(4, growAxis, -1)
+
+def AddGrowAxis(builder, growAxis):
+    MutableBufferAddGrowAxis(builder, growAxis)
+
+def MutableBufferAddGrowExtent(builder, growExtent):
+    builder.PrependUint32Slot(5, growExtent, 0)
+
+def AddGrowExtent(builder, growExtent):
+    MutableBufferAddGrowExtent(builder, growExtent)
+
 def MutableBufferEnd(builder):
     return builder.EndObject()
 
@@ -108,11 +134,15 @@ class MutableBufferT(object):
         update = 0,
         hasUpdate = False,
         name = None,
+        growAxis = -1,
+        growExtent = 0,
     ):
         self.initial = initial  # type: Optional[etmlx.serializer.generated.etmlx_ir.NamedTensor.NamedTensorT]
         self.update = update  # type: int
         self.hasUpdate = hasUpdate  # type: bool
         self.name = name  # type: Optional[str]
+        self.growAxis = growAxis  # type: int
+        self.growExtent = growExtent  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -140,6 +170,8 @@ class MutableBufferT(object):
         self.update = mutableBuffer.Update()
         self.hasUpdate = mutableBuffer.HasUpdate()
         self.name = mutableBuffer.Name()
+        self.growAxis = mutableBuffer.GrowAxis()
+        self.growExtent = mutableBuffer.GrowExtent()
 
     # MutableBufferT
     def Pack(self, builder):
@@ -154,5 +186,7 @@ class MutableBufferT(object):
         MutableBufferAddHasUpdate(builder, self.hasUpdate)
         if self.name is not None:
             MutableBufferAddName(builder, name)
+        MutableBufferAddGrowAxis(builder, self.growAxis)
+        MutableBufferAddGrowExtent(builder, self.growExtent)
         mutableBuffer = MutableBufferEnd(builder)
         return mutableBuffer
