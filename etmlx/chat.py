@@ -1,7 +1,10 @@
 """``etmlx chat``: a multi-turn conversation over one loaded program. Each turn is the
 whole conversation in the tokenizer's chat template; only the tokens the KV cache does
-not hold yet are fed, so a turn prefills its own message, not the conversation again."""
+not hold yet are fed, so a turn prefills its own message, not the conversation again.
+A conversation and its cache can be saved to a file and continued from it in a fresh
+load (``save``, ``restore``)."""
 
+from . import prompt_cache
 from .generation import GenerationError, Sampling, Session, Stats, generate_tokens, stream_text
 
 
@@ -21,6 +24,27 @@ class Chat:
         self.messages = list(self.system)
         self.cached = []  # the token ids the cache holds, from position 0
         self.session.position = 0
+
+    def save(self, path) -> None:
+        """Writes the conversation and the KV cache that holds it to ``path``
+        (``etmlx.prompt_cache``)."""
+        prompt_cache.save(self.session.program, path, self.cached, {"messages": self.messages})
+
+    def restore(self, path) -> None:
+        """Continues the conversation ``save`` wrote, from the cache it saved: the next
+        turn prefills only its own message."""
+        tokens, extra = prompt_cache.restore(self.session.program, path)
+        messages = extra.get("messages") if isinstance(extra, dict) else None
+        if not isinstance(messages, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in messages
+        ):
+            raise prompt_cache.PromptCacheError(f"{path} holds no conversation (saved by another tool than etmlx chat)")
+        if len(tokens) > self.session.context:
+            raise prompt_cache.PromptCacheError(f"{path} holds {len(tokens)} tokens, past the context of "
+                                                f"{self.session.context}")
+        self.messages, self.cached = messages, tokens
+        self.session.position = len(tokens)
 
     def reply(self, text: str):
         """Yields the assistant's reply to ``text`` as it is made, and keeps it in the conversation."""

@@ -38,6 +38,9 @@ def add_commands(commands) -> None:
             command.add_argument("--stop", action="append", default=[], help="a string that ends the text (repeatable)")
         else:
             command.add_argument("--system", help="a system message to start the conversation with")
+            command.add_argument("--prompt-cache", metavar="FILE", help="continue the conversation saved in FILE "
+                                 "(its KV cache restored: nothing is prefilled again) and save it there after each "
+                                 "turn; FILE is made by the first turn when it does not exist")
         command.add_argument("--max-new-tokens", type=_positive, default=128)
         command.add_argument("--temperature", type=float, default=0.0, help="0: greedy (the default)")
         command.add_argument("--top-k", type=int, default=0)
@@ -111,6 +114,9 @@ def _chat(args) -> int:
 
     session, tokenizer, sampling = _session(args)
     chat = Chat(session, tokenizer, sampling, args.max_new_tokens, system=args.system)
+    if args.prompt_cache and os.path.exists(args.prompt_cache):
+        chat.restore(args.prompt_cache)
+        print(f"(continuing {args.prompt_cache}: {len(chat.cached)} tokens held)", file=sys.stderr)
     interactive = sys.stdin.isatty()
     while True:
         if interactive:
@@ -134,3 +140,5 @@ def _chat(args) -> int:
             return 1
         sys.stdout.write("\n")
         print(chat.stats.summary(), file=sys.stderr)
+        if args.prompt_cache:
+            chat.save(args.prompt_cache)

@@ -2,7 +2,7 @@
 part of a .pte a reader must check — static and dynamic shapes, mutable buffers, a
 bounds-checked index input, partial delegation (two payloads around a declined call),
 quantized weights (affine and a float mode), sorting and scattering, rotary embeddings,
-KV caches that grow."""
+KV caches that grow, and a saved prompt of them."""
 
 import dataclasses
 import pathlib
@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 import etmlx
+from etmlx import prompt_cache
 from etmlx.quantization import quantized_copy
 from etmlx.exporter import trace
 from etmlx.shard_plan import find_blocks
@@ -24,6 +25,7 @@ class Entry:
     pte: bytes
     inputs: list  # numpy arrays that run the original program
     method: str = "forward"
+    prompt_cache: bytes = b""  # for a language model: its KV cache after those inputs (etmlx.prompt_cache)
 
 
 class _Counter(torch.nn.Module):
@@ -143,5 +145,11 @@ def build(directory: pathlib.Path) -> list:
             etmlx.export_methods(module, path)
         elif not path.exists():
             etmlx.export(module, inputs, path, dynamic_shapes=dynamic_shapes)
-        entries.append(Entry(name, path.read_bytes(), [np.asarray(x.numpy()) for x in inputs]))
+        arrays = [np.asarray(x.numpy()) for x in inputs]
+        saved = path.with_suffix(".kv")
+        if isinstance(module, dict) and not saved.exists():
+            program = etmlx.load(path)
+            program.forward(*arrays)
+            prompt_cache.save(program, saved, [int(t) for t in arrays[0][0]])
+        entries.append(Entry(name, path.read_bytes(), arrays, prompt_cache=saved.read_bytes() if saved.exists() else b""))
     return entries

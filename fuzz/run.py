@@ -1,7 +1,9 @@
 """The fuzzer: mutates exported .pte files (random damage, and structured edits of the
 etmlx payloads resealed with valid checksums), loads and runs each mutant on the
 chosen runtimes in a child process, and reports how many ran, raised a documented
-error, raised anything else, crashed the process or hung.
+error, raised anything else, crashed the process or hung. A language model of the
+corpus also has a saved prompt (etmlx.prompt_cache): every other round mutates that
+instead and restores it into the program before the call.
 
     python fuzz/run.py --cases 10000 [--seed 0] [--runtimes python,executorch]
     make fuzz                                  # the same, 10,000 cases
@@ -25,7 +27,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fuzz import corpus, mutate  # noqa: E402
+from fuzz import corpus, mutate, mutate_prompt_cache  # noqa: E402
 
 WORK = ROOT / "build" / "fuzz"
 CASES_PER_WORKER = 400  # a fresh child now and then keeps memory flat
@@ -94,15 +96,22 @@ def fuzz(cases: int, seed: int, runtimes: list, timeout: float, work: pathlib.Pa
         np.savez(inputs[entry.name], *entry.inputs)
     findings = work / "findings"
     worker, counts = Worker(runtimes), collections.Counter()
-    case_path = work / "case.pte"
+    case_path, saved_path = work / "case.pte", work / "case.kv"
     try:
         for index in range(cases):
             entry = entries[index % len(entries)]
             runtime = runtimes[(index // len(entries)) % len(runtimes)]
-            data, what = mutate.mutate(entry.pte, random.Random(f"{seed}:{index}"))
-            case_path.write_bytes(data)
+            rng = random.Random(f"{seed}:{index}")
             case = {"id": index, "path": str(case_path), "runtime": runtime, "method": entry.method,
                     "inputs": str(inputs[entry.name])}
+            if entry.prompt_cache and index // (len(entries) * len(runtimes)) % 2:  # every other round: its saved prompt
+                data, what = mutate_prompt_cache.mutate(entry.prompt_cache, rng)
+                case_path.write_bytes(entry.pte)
+                saved_path.write_bytes(data)
+                case["prompt_cache"] = str(saved_path)
+            else:
+                data, what = mutate.mutate(entry.pte, rng)
+                case_path.write_bytes(data)
             result = worker.run(case, timeout)
             outcome = result["outcome"]
             if outcome == "raised" and not result["documented"]:
@@ -111,7 +120,7 @@ def fuzz(cases: int, seed: int, runtimes: list, timeout: float, work: pathlib.Pa
             if outcome in ("crashed", "hung", "undocumented"):
                 findings.mkdir(parents=True, exist_ok=True)
                 name = f"{entry.name}-{runtime}-{seed}-{index}"
-                (findings / f"{name}.pte").write_bytes(data)
+                (findings / f"{name}{'.kv' if 'prompt_cache' in case else '.pte'}").write_bytes(data)
                 detail = f"{what}\n{result.get('type', '')} {result.get('message', '')}"
                 (findings / f"{name}.txt").write_text(detail)
                 report(f"case {index} ({entry.name}, {runtime}) {outcome}: {what}\n    {detail.splitlines()[-1][:300]}")

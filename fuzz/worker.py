@@ -2,7 +2,8 @@
 outcome on its own line, so that when a case crashes or hangs the process, the parent
 knows which one it was.
 
-Reads JSON lines ``{"id", "path", "runtime", "method", "inputs"}`` on stdin; writes
+Reads JSON lines ``{"id", "path", "runtime", "method", "inputs"}`` (and ``"prompt_cache"``:
+a saved prompt restored before the call) on stdin; writes
 ``{"id", "outcome": "ran" | "raised", "type", "documented", "message"}`` lines on the
 stdout it started with (anything else printed goes to stderr).
 """
@@ -14,6 +15,7 @@ import sys
 import numpy as np
 
 import etmlx
+from etmlx import prompt_cache
 from etmlx.runtime_shim import errors
 
 # The errors etmlx documents for a malformed program or bad input (etmlx/errors.py and
@@ -36,6 +38,8 @@ def run_case(case: dict) -> dict:
         inputs = [archive[f"arr_{i}"] for i in range(len(archive.files))]
     try:
         program = etmlx.load(case["path"], runtime=case["runtime"])
+        if "prompt_cache" in case:
+            prompt_cache.restore(program, case["prompt_cache"])
         program.run_method(case["method"], inputs)
         return {"outcome": "ran"}
     except Exception as error:  # classified, not swallowed: the parent reports undocumented ones

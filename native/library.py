@@ -6,8 +6,13 @@ import ctypes
 import os
 import pathlib
 
+import numpy as np
+
 from etmlx.errors import EtMlxError
+from etmlx.runtime_shim.errors import InputError
+from etmlx.runtime_shim.state import check_buffer_names
 from etmlx.serializer.constants import ERROR_KINDS
+from etmlx.serializer.ir import NUMPY_STORAGE, TORCH_DTYPE_NAMES
 
 from etmlx.native_build import LIBRARY_NAME, default_build_dir
 
@@ -39,6 +44,16 @@ def _load() -> ctypes.CDLL:
     library.etmlx_native_operations.restype = ctypes.c_char_p
     library.etmlx_native_clear_last_error.restype = None
     library.etmlx_native_parse_byte_count.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64)]
+    library.etmlx_native_take_last_state.restype = ctypes.c_uint64
+    library.etmlx_native_state_names.argtypes = [ctypes.c_uint64, ctypes.POINTER(ctypes.c_char_p)]
+    library.etmlx_native_state_read.argtypes = [
+        ctypes.c_uint64, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int),
+        ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint64),
+    ]
+    library.etmlx_native_state_write.argtypes = [
+        ctypes.c_uint64, ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.c_void_p,
+        ctypes.c_uint64, ctypes.c_int,
+    ]
     if not library.etmlx_native_registered():
         raise NativeBackendError(
             "EtMlxBackend did not register with ExecuTorch's runtime (another backend of that name, "
@@ -85,3 +100,50 @@ def parse_byte_count(text: str):
     Python runtime's; a test holds the two to one answer)."""
     value = ctypes.c_uint64()
     return value.value if _LIBRARY.etmlx_native_parse_byte_count(text.encode(), ctypes.byref(value)) else None
+
+
+def take_last_state() -> int:
+    """The id of the program state the delegates initialized last on this thread share
+    (0 if none since the last call)."""
+    return _LIBRARY.etmlx_native_take_last_state()
+
+
+def _buffer_names(state: int) -> list:
+    names = ctypes.c_char_p()
+    _checked(_LIBRARY.etmlx_native_state_names(state, ctypes.byref(names)))
+    return names.value.decode().splitlines()
+
+
+def read_state(state: int) -> dict:
+    """``{name: (dtype name, numpy array)}`` of program state ``state``'s buffers, as the
+    Python runtime's ``ProgramState.snapshot`` gives them."""
+    arrays = {}
+    for name in _buffer_names(state):
+        dtype, rank, data, nbytes = ctypes.c_int(), ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+        shape = (ctypes.c_int64 * 16)()
+        _checked(_LIBRARY.etmlx_native_state_read(state, name.encode(), ctypes.byref(dtype), ctypes.byref(rank), shape,
+                                                  ctypes.byref(data), ctypes.byref(nbytes)))
+        storage = NUMPY_STORAGE[dtype.value]
+        raw = ctypes.string_at(data, nbytes.value) if nbytes.value else b""
+        arrays[name] = (TORCH_DTYPE_NAMES[dtype.value], np.frombuffer(raw, storage).reshape(list(shape[: rank.value])))
+    return arrays
+
+
+def write_state(state: int, arrays: dict) -> None:
+    """Sets program state ``state``'s buffers from ``read_state``'s form: all checked
+    first, so a buffer that does not fit changes none (``InputError`` naming it)."""
+    check_buffer_names(_buffer_names(state), arrays)
+    ir_dtypes = {name: dtype for dtype, name in TORCH_DTYPE_NAMES.items()}
+    for check_only in (1, 0):
+        for name, (dtype, array) in arrays.items():
+            if dtype not in ir_dtypes:
+                raise InputError(f"saved buffer {name!r} has dtype {dtype!r}, which etmlx does not know")
+            array = np.require(array, NUMPY_STORAGE[ir_dtypes[dtype]], "C")  # ascontiguousarray makes 0-d 1-d
+            shape = (ctypes.c_int64 * max(1, array.ndim))(*array.shape)
+            _checked(_LIBRARY.etmlx_native_state_write(state, name.encode(), ir_dtypes[dtype], array.ndim, shape,
+                                                       array.ctypes.data, array.nbytes, check_only))
+
+
+def _checked(status: int) -> None:
+    if not status:
+        raise InputError(last_error_detail()[1])

@@ -10,11 +10,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from etmlx.runtime_shim import method_io
-from etmlx.runtime_shim.errors import ExecutionError, IndexRangeError, NoSuchMethodError, PteFormatError
+from etmlx.runtime_shim.errors import ExecutionError, IndexRangeError, InputError, NoSuchMethodError, PteFormatError
 from etmlx.runtime_shim.program import MethodCalls
-from etmlx.runtime_shim.pte_file import read_pte
+from etmlx.runtime_shim.pte_file import program_identity, read_pte
+from etmlx.serializer.constants import BACKEND_ID
 
-from .library import INDEX_RANGE_ERROR, clear_last_error, last_error, last_error_detail
+from .library import INDEX_RANGE_ERROR, clear_last_error, last_error, last_error_detail, read_state, take_last_state, write_state
 from .plan_checks import check_program
 
 
@@ -34,17 +35,32 @@ class ExecutorchProgram(MethodCalls):
         self._expected = {plan.name: method_io.expected_inputs(plan) for plan in pte.program.plans}
         _check_kernels(pte, set(Runtime.get().operator_registry.operator_names))
         source = os.fspath(path_or_bytes) if isinstance(path_or_bytes, (str, os.PathLike)) else bytes(path_or_bytes)
+        self.identity = program_identity(pte, BACKEND_ID)
         clear_last_error()
+        take_last_state()  # what an earlier load left
         try:
             self._program = Runtime.get().load_program(source)
             self._methods = {name: self._program.load_method(name) for name in self._expected}
         except RuntimeError as error:
             raise PteFormatError(f"ExecuTorch could not load the program: {last_error() or error}") from error
+        self._state = take_last_state()  # the one its delegates share; 0 without etmlx delegates
         self._lock = threading.Lock()
 
     @property
     def method_names(self) -> list[str]:
         return list(self._methods)
+
+    def read_state(self) -> dict:
+        """The etmlx delegates' buffers (KV caches), as the Python runtime's ``read_state``."""
+        with self._lock:
+            return read_state(self._state) if self._state else {}
+
+    def write_state(self, arrays: dict) -> None:
+        """Sets them, as the Python runtime's ``write_state``."""
+        with self._lock:
+            if not self._state:
+                raise InputError("this program has no etmlx delegate, so no state to restore")
+            write_state(self._state, arrays)
 
     def run_method(self, name: str, inputs: Sequence) -> list:
         """Run method ``name``; returns its outputs (as the kind of the first tensor input)."""

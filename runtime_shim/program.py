@@ -3,12 +3,14 @@
 import threading
 from collections.abc import Sequence
 
+from etmlx.serializer.constants import BACKEND_ID
+
 from . import method_io
 from .backends import create_handle
 from .plan import MethodRunner
 from .direct import direct_runner
 from .errors import IndexRangeError, NoSuchMethodError, PteFormatError
-from .pte_file import PteFile, read_pte
+from .pte_file import PteFile, program_identity, read_pte
 from .state import ProgramState
 from .tensor_value import TensorValue
 
@@ -40,6 +42,7 @@ class LoadedProgram(MethodCalls):
     """
 
     def __init__(self, pte: PteFile):
+        self.identity = program_identity(pte, BACKEND_ID)
         self._lock = threading.Lock()
         self._methods: dict[str, MethodRunner] = {}
         self._direct: dict = {}  # method -> direct_runner(...) or None
@@ -60,6 +63,16 @@ class LoadedProgram(MethodCalls):
     @property
     def method_names(self) -> list[str]:
         return list(self._methods)
+
+    def read_state(self) -> dict:
+        """The etmlx delegates' buffers (KV caches): ``ProgramState.snapshot``."""
+        with self._lock:
+            return self.state.snapshot()
+
+    def write_state(self, arrays: dict) -> None:
+        """Sets them: ``ProgramState.restore``."""
+        with self._lock:
+            self.state.restore(arrays)
 
     def run_method(self, name: str, inputs: Sequence) -> list:
         """Run method ``name``; returns its outputs as a list of copies.

@@ -12,6 +12,7 @@ Layout written by ExecuTorch 1.5.1 (``exir/_serialize/_program.py``)::
             each at Program.segments[i].offset from the segment base
 """
 
+import hashlib
 import mmap
 import os
 from dataclasses import dataclass
@@ -201,6 +202,20 @@ def _sized(view: np.ndarray, nbytes: int, what: str) -> np.ndarray:
     if len(view) < nbytes:
         raise PteFormatError(f"{what} needs {nbytes} bytes but only {len(view)} are stored")
     return view[:nbytes]
+
+
+def program_identity(pte: PteFile, backend_id: str) -> str:
+    """A digest of the program's ``backend_id`` payloads, method by method: their graphs
+    and the keys of their weights (which hash the weights' bytes). Two exports of one
+    model with other options (context, quantization) differ; a re-export of the same
+    does not. What a saved KV cache (``etmlx.prompt_cache``) is matched against."""
+    digest = hashlib.sha256()
+    for plan in pte.program.plans:
+        for delegate in plan.delegates:
+            if delegate.id == backend_id:
+                payload = pte.delegate_data(delegate)
+                digest.update(plan.name.encode() + b"\0" + len(payload).to_bytes(8, "little") + payload)
+    return digest.hexdigest()
 
 
 def read_pte(path_or_bytes) -> PteFile:

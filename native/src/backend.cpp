@@ -14,20 +14,19 @@
 #include "constants.h"
 #include "delegate.h"
 #include "errors.h"
+#include "mlx_lock.h"
 #include "tensor_io.h"
 
 namespace etmlx::native {
 
-namespace {
-
-namespace et = executorch::runtime;
-
-// MLX builds its graphs in shared state that is not safe across threads, so
-// every call into MLX (load, run, free) holds this lock.
 std::mutex& mlx_mutex() {
   static std::mutex mutex;
   return mutex;
 }
+
+namespace {
+
+namespace et = executorch::runtime;
 
 et::Error fail(et::Error code, ErrorKind kind, const char* method, const std::string& what) {
   std::string detail = printable(what);

@@ -41,13 +41,18 @@ std::optional<mx::Dtype> mlx_dtype(ScalarType type) {
   return std::nullopt;
 }
 
-std::string dtype_name(mx::Dtype dtype) {
+std::optional<etmlx_ir::DType> ir_dtype(mx::Dtype dtype) {
   for (size_t i = 0; i < kIrDtypes.size(); ++i) {
     if (kIrDtypes[i] == dtype) {
-      return etmlx_ir::EnumNameDType(static_cast<etmlx_ir::DType>(i));
+      return static_cast<etmlx_ir::DType>(i);
     }
   }
-  return "dtype " + std::to_string(static_cast<int>(dtype.val()));
+  return std::nullopt;
+}
+
+std::string dtype_name(mx::Dtype dtype) {
+  const auto known = ir_dtype(dtype);
+  return known ? etmlx_ir::EnumNameDType(*known) : "dtype " + std::to_string(static_cast<int>(dtype.val()));
 }
 
 }  // namespace etmlx::native

@@ -21,6 +21,9 @@ mx::Dtype mlx_dtype(etmlx_ir::DType dtype);
 // The MLX dtype of an ExecuTorch tensor's scalar type, if MLX has it.
 std::optional<mx::Dtype> mlx_dtype(ScalarType type);
 
+// The IR dtype of an MLX dtype, if the IR has it.
+std::optional<etmlx_ir::DType> ir_dtype(mx::Dtype dtype);
+
 std::string dtype_name(mx::Dtype dtype);
 
 }  // namespace etmlx::native

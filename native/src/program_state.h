@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,11 @@ ConstantId constant_id(const etmlx_ir::NamedTensor& tensor);
 
 class ProgramState {
  public:
+  ProgramState();
+
+  // Unique in the process, never reused: how the C interface names this state.
+  uint64_t id() const { return id_; }
+
   // The array for `id`, made by `load()` the first time it is asked for.
   mx::array constant(const ConstantId& id, const std::function<mx::array()>& load);
 
@@ -51,12 +57,24 @@ class ProgramState {
   const mx::array& buffer(const std::string& name) const { return buffers_.at(name).value; }
   void set_buffer(const std::string& name, mx::array value) { buffers_.at(name).value = std::move(value); }
 
+  // For saved KV caches (etmlx.prompt_cache, through c_api.cpp): the buffers' names,
+  // one buffer evaluated and contiguous (a growing one as far as it is held), and a
+  // buffer set to a copy of `bytes` -- which must have its declared dtype and shape,
+  // a growing one at most its capacity along its axis, else InputError.
+  std::vector<std::string> buffer_names() const;
+  mx::array snapshot(const std::string& name) const;
+  void restore(const std::string& name, etmlx_ir::DType dtype, const std::vector<int64_t>& shape,
+               std::span<const uint8_t> bytes, bool check_only);
+
  private:
   struct Buffer {
     ConstantId declared;
     int grow_axis;  // -1: held whole from the start
     mx::array value;
   };
+  const Buffer& declared(const std::string& name) const;  // InputError if there is none
+
+  uint64_t id_;
   std::map<ConstantId, mx::array> constants_;
   std::map<std::string, Buffer> buffers_;
 };
@@ -66,5 +84,12 @@ class ProgramState {
 // ones. Without named data a delegate has no constants or buffers to share and
 // gets a state of its own. The caller holds the backend's lock.
 std::shared_ptr<ProgramState> program_state(const NamedDataMap* named_data);
+
+// The state with this id, or null when its program is gone.
+std::shared_ptr<ProgramState> find_program_state(uint64_t id);
+
+// The id of the state `program_state` last handed out on this thread (the program
+// whose delegates were initialized last), then 0 until it hands out another.
+uint64_t take_last_program_state();
 
 }  // namespace etmlx::native
