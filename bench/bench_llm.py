@@ -18,6 +18,7 @@ file's most common width in groups of 32 (``python -m examples.llm_gguf`` writes
 
     python bench/bench_llm.py [--hidden 64 --layers 2 --prompt 16 --new-tokens 32]
                               [--max-cache 2048] [--quantize int4 --group-size 64 | --gguf FILE]
+    python bench/bench_llm.py --max-cache 32768 --held 4096 --prompt 256   # decode over 4096 held tokens
 """
 
 import argparse
@@ -111,7 +112,7 @@ def time_generation(prefill, decode, prompt, new_tokens):
     return best
 
 
-def etmlx_runner(path, runtime="python"):
+def etmlx_runner(path, runtime="python", chunk=2**31):
     """mx in and out for the Python runtime (its fastest path), torch for ExecuTorch's."""
     program = etmlx.load(path, runtime=runtime)
     if runtime == "python":
@@ -123,12 +124,19 @@ def etmlx_runner(path, runtime="python"):
         return int((logits[0] if logits.ndim == 2 else logits[0, -1]).argmax())
 
     def prefill(prompt):
-        return next_token(program.forward(array([prompt]), arange(len(prompt))))
+        for start, part in chunks(prompt, chunk):
+            logits = program.forward(array([part]), arange(len(part)) + start)
+        return next_token(logits)
 
     def decode(token, position):
         return next_token(program.forward(array([[token]]), array([position])))
 
     return prefill, decode
+
+
+def chunks(prompt: list, size: int):
+    """(start, tokens) of ``prompt`` in calls of at most ``size`` tokens."""
+    return [(start, prompt[start:start + size]) for start in range(0, len(prompt), size)]
 
 
 def text_llm_runner(path, tokenizer_path, prompt_text: str, new_tokens: int):
@@ -165,14 +173,16 @@ class _stdout_silenced:
         os.close(self.saved)
 
 
-def eager_runner(model):
+def eager_runner(model, chunk=2**31):
     from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
 
     wrapper = TorchExportableModuleForDecoderOnlyLM(model).model  # the static-cache module export traces
 
     @torch.no_grad()
     def prefill(prompt):
-        return int(wrapper(input_ids=torch.tensor([prompt]), cache_position=torch.arange(len(prompt)))[0, -1].argmax())
+        for start, part in chunks(prompt, chunk):
+            logits = wrapper(input_ids=torch.tensor([part]), cache_position=torch.arange(len(part)) + start)
+        return int(logits[0, -1].argmax())
 
     @torch.no_grad()
     def decode(token, position):
@@ -181,7 +191,7 @@ def eager_runner(model):
     return prefill, decode
 
 
-def mlx_lm_runner(reference):
+def mlx_lm_runner(reference, chunk=2**31):
     """Greedy calls of an mlx-lm model (built with the weights being compared)."""
     from mlx_lm.models.cache import make_prompt_cache
 
@@ -189,7 +199,9 @@ def mlx_lm_runner(reference):
 
     def prefill(prompt):
         state["cache"] = make_prompt_cache(reference)
-        return int(reference(mx.array([prompt]), cache=state["cache"])[0, -1].argmax())
+        for _, part in chunks(prompt, chunk):
+            logits = reference(mx.array([part]), cache=state["cache"])
+        return int(logits[0, -1].argmax())
 
     def decode(token, position):
         return int(reference(mx.array([[token]]), cache=state["cache"])[0, -1].argmax())
@@ -225,8 +237,11 @@ def main() -> None:
     parser.add_argument("--quantize", choices=CHOICES)
     parser.add_argument("--group-size", type=int, default=64)
     parser.add_argument("--gguf", help="a Llama GGUF file instead of a random model")
+    parser.add_argument("--held", type=int, help="a prompt of this many tokens, prefilled in calls of --prompt "
+                        "tokens (every runner alike), so that decode reads a cache holding them")
     args = parser.parse_args()
-    max_cache = args.max_cache or args.prompt + args.new_tokens + 8
+    held = args.held or args.prompt
+    max_cache = args.max_cache or held + args.new_tokens + 8
     args.group_size = FLOAT_SCHEMES.get(args.quantize, args.group_size)  # a float mode's own
     if args.gguf:
         loaded = gguf_model.load(args.gguf, torch.float32)
@@ -251,19 +266,22 @@ def main() -> None:
         tokenizer = loaded.tokenizer if args.gguf else llm.train_tokenizer(model.config.vocab_size)
         tokenizer_path = os.path.join(tmp, "tokenizer.json")
         tokenizer.backend_tokenizer.save(tokenizer_path)
-        prompt = tokenizer.encode(" ".join(llm.CORPUS), add_special_tokens=False)[: args.prompt]
+        corpus = tokenizer.encode(" ".join(llm.CORPUS), add_special_tokens=False)
+        prompt = (corpus * (held // len(corpus) + 1))[:held]
+        chunk = args.prompt
         runs = {
-            "etmlx python": time_generation(*etmlx_runner(path), prompt, args.new_tokens),
-            "etmlx native": time_generation(*etmlx_runner(path, "executorch"), prompt, args.new_tokens),
-            "  whole cache": time_generation(*etmlx_runner(whole_cache), prompt, args.new_tokens),
-            "eager PyTorch": time_generation(*eager_runner(exported), prompt, args.new_tokens),
-            "mlx-lm llama": time_generation(*mlx_lm_runner(mlx_lm_llama(model, args.quantize, args.group_size)),
+            "etmlx python": time_generation(*etmlx_runner(path, chunk=chunk), prompt, args.new_tokens),
+            "etmlx native": time_generation(*etmlx_runner(path, "executorch", chunk), prompt, args.new_tokens),
+            "  whole cache": time_generation(*etmlx_runner(whole_cache, chunk=chunk), prompt, args.new_tokens),
+            "eager PyTorch": time_generation(*eager_runner(exported, chunk), prompt, args.new_tokens),
+            "mlx-lm llama": time_generation(*mlx_lm_runner(mlx_lm_llama(model, args.quantize, args.group_size), chunk),
                                             prompt, args.new_tokens),
         }
         runner = text_llm_runner(path, tokenizer_path, tokenizer.decode(prompt), args.new_tokens)
         weights, cache = stored_bytes(path)
         memory = {runtime: resident_memory(path, runtime) for runtime in etmlx.RUNTIMES}
-    print(f"Llama hidden {args.hidden}, {args.layers} layers, prompt {args.prompt}, {args.new_tokens} new tokens, "
+    print(f"Llama hidden {args.hidden}, {args.layers} layers, prompt {held} (calls of {chunk}), "
+          f"{args.new_tokens} new tokens, "
           f"max cache {max_cache}, fp32 activations, weights {weights_are}; BLAS: {preload_openblas()}; "
           f"{result.report.summary()}")
     compared = ("etmlx python", "etmlx native", "  whole cache", "eager PyTorch")
@@ -282,7 +300,7 @@ def main() -> None:
     base_prefill, base_decode, _ = runs["mlx-lm llama"]
     print(f"{'':<16}{'prefill tok/s':>15}{'decode tok/s':>14}{'prefill vs mlx-lm':>19}{'decode vs mlx-lm':>18}")
     for name, (prefill, decode, _) in [*runs.items(), ("TextLLMRunner", runner)]:
-        print(f"{name:<16}{args.prompt / prefill:>15.0f}{1 / decode:>14.0f}"
+        print(f"{name:<16}{held / prefill:>15.0f}{1 / decode:>14.0f}"
               f"{base_prefill / prefill:>18.2f}x{base_decode / decode:>17.2f}x")
     print(f"TextLLMRunner decode vs etmlx native: {runs['etmlx native'][1] / runner[1]:.2f}x (its clock counts milliseconds)")
     print(f"weights as stored {weights / 2**20:.2f} MiB, KV cache {cache / 2**20:.2f} MiB at capacity (held as "

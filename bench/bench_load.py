@@ -146,7 +146,8 @@ def report(path: str, label: str, repeats: int, held_tokens: int = 0) -> None:
     fastest = lambda runtime: min(  # noqa: E731
         (run_child(runtime, path, language_model, held_tokens) for _ in range(repeats)), key=lambda r: r["load_s"]
     )
-    rows = {runtime: fastest(runtime) for runtime in RUNTIMES if runtime != "TextLLMRunner" or (language_model and tokenizer)}
+    runs = [r for r in RUNTIMES if r != "TextLLMRunner" or (language_model and tokenizer)]
+    rows = {runtime: fastest(runtime) for runtime in runs}
     for runtime, row in rows.items():
         first = f"{row['first_call_s']:>12.3f}" if "first_call_s" in row else f"{'':>12}"
         print(f"{runtime:<12}{row['load_s']:>9.3f}{row['load_s'] / rows['read']['load_s']:>8.2f}x"
@@ -190,7 +191,8 @@ def main() -> None:
             start = time.perf_counter()
             path = _export(directory, quantize, args.hidden, args.layers, args.max_cache)
             label = f"Llama hidden {args.hidden}, {args.layers} layers, cache {args.max_cache}, {quantize or 'fp32'}"
-            report(path, f"{label} (built and exported in {time.perf_counter() - start:.1f} s)", args.repeats, args.held)
+            built = f"built and exported in {time.perf_counter() - start:.1f} s"
+            report(path, f"{label} ({built})", args.repeats, args.held)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,8 @@ def held_bytes(report: dict) -> dict:
                 constants[(tensor["key"], tensor["dtype"], tuple(tensor["shape"]))] = sizes.get(tensor["key"], 0)
             for tensor in delegate.get("buffers", []):
                 (buffers if tensor["grows_along"] is None else growing)[tensor["name"]] = tensor["bytes"]
-    return {"constants": sum(constants.values()), "buffers": sum(buffers.values()), "growing_buffers": sum(growing.values())}
+    totals = {"constants": constants, "buffers": buffers, "growing_buffers": growing}
+    return {name: sum(part.values()) for name, part in totals.items()}
 
 
 def constant_methods(path_or_bytes) -> dict:
@@ -138,7 +139,8 @@ def format_text(report: dict, constants: bool = False) -> str:
                     lines.append(f"    constants: {len(delegate['constants'])}, {total} bytes (--constants lists them)")
                 for label in ("constants", "buffers") if constants else ("buffers",):
                     for tensor in delegate[label]:
-                        lines.append(f"    {label[:-1]} {tensor['dtype']}{tensor['shape']}: {_held_text(tensor, sizes)}")
+                        held = _held_text(tensor, sizes)
+                        lines.append(f"    {label[:-1]} {tensor['dtype']}{tensor['shape']}: {held}")
         kernels = method["kernels"]
         lines.append(f"  kernels outside MLX ({len(kernels)}): {', '.join(kernels) or 'none'}")
     return "\n".join(lines)

@@ -151,5 +151,6 @@ def build(directory: pathlib.Path) -> list:
             program = etmlx.load(path)
             program.forward(*arrays)
             prompt_cache.save(program, saved, [int(t) for t in arrays[0][0]])
-        entries.append(Entry(name, path.read_bytes(), arrays, prompt_cache=saved.read_bytes() if saved.exists() else b""))
+        kept = saved.read_bytes() if saved.exists() else b""
+        entries.append(Entry(name, path.read_bytes(), arrays, prompt_cache=kept))
     return entries

@@ -104,7 +104,8 @@ def fuzz(cases: int, seed: int, runtimes: list, timeout: float, work: pathlib.Pa
             rng = random.Random(f"{seed}:{index}")
             case = {"id": index, "path": str(case_path), "runtime": runtime, "method": entry.method,
                     "inputs": str(inputs[entry.name])}
-            if entry.prompt_cache and index // (len(entries) * len(runtimes)) % 2:  # every other round: its saved prompt
+            round_ = index // (len(entries) * len(runtimes))
+            if entry.prompt_cache and round_ % 2:  # every other round: its saved prompt
                 data, what = mutate_prompt_cache.mutate(entry.prompt_cache, rng)
                 case_path.write_bytes(entry.pte)
                 saved_path.write_bytes(data)

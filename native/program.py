@@ -15,7 +15,9 @@ from etmlx.runtime_shim.program import MethodCalls
 from etmlx.runtime_shim.pte_file import program_identity, read_pte
 from etmlx.serializer.constants import BACKEND_ID
 
-from .library import INDEX_RANGE_ERROR, clear_last_error, last_error, last_error_detail, read_state, take_last_state, write_state
+from .library import (
+    INDEX_RANGE_ERROR, clear_last_error, last_error, last_error_detail, read_state, take_last_state, write_state,
+)
 from .plan_checks import check_program
 
 
