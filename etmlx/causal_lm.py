@@ -47,7 +47,7 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
 
     if not isinstance(window_step, int) or window_step < 1:
         raise ExportError(f"window_step={window_step!r}: expected a number of cache slots, 1 or more")
-    module = WindowedCausalLM(model, max_context_len, window_step)
+    module = WindowedCausalLM(model, max_context_len, window_step, max_seq_len)
     capacity = module.capacity
     if not isinstance(max_seq_len, int) or not 1 <= max_seq_len <= capacity:
         raise ExportError(f"max_seq_len={max_seq_len!r}: expected 1 to the cache's {capacity} tokens")
@@ -57,7 +57,7 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
     traced = {"forward": (module, inputs, ({1: seq}, {0: seq}))}
     if sample_on_device:
         settings = (torch.tensor([1.0]), torch.tensor([0]), torch.tensor([1.0]), torch.tensor([0.0]), torch.tensor([0.5]))
-        traced["sample"] = (SampledCausalLM(model, max_context_len, window_step), inputs + settings,
+        traced["sample"] = (SampledCausalLM(model, max_context_len, window_step, max_seq_len), inputs + settings,
                             ({1: seq}, {0: seq}) + (None,) * len(settings))
     programs = {}
     with windowed_attention(model), batched_experts(model), torch.no_grad(), warnings.catch_warnings():

@@ -6,6 +6,7 @@ load (``save``, ``restore``)."""
 
 from . import prompt_cache
 from .generation import GenerationError, Sampling, Session, Stats, generate_tokens, stream_text
+from .runtime_shim.errors import IndexRangeError
 
 
 class Chat:
@@ -61,10 +62,20 @@ class Chat:
         self.stats = Stats()
         generated = []
 
-        def tokens():
-            for token in generate_tokens(self.session, ids[held:], self.max_new_tokens, self.sampling, self.stats):
+        def reply_from(start):
+            for token in generate_tokens(self.session, ids[start:], self.max_new_tokens, self.sampling, self.stats):
                 generated.append(token)
                 yield token
+
+        def tokens():
+            try:
+                yield from reply_from(held)
+            except IndexRangeError:
+                if held == 0 or generated:
+                    raise
+                # A sliding-window layer's ring cannot go back that far (etmlx.sliding_cache): start over.
+                self.session.position = self.fed_from = 0
+                yield from reply_from(0)
 
         pieces = []
         for piece in stream_text(self.tokenizer, tokens(), stats=self.stats, eos=self.session.eos_ids):

@@ -13,6 +13,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from .errors import ExportError
+from .sliding_cache import Rings
 
 ATTENTION = "etmlx_windowed_sdpa"
 
@@ -23,11 +24,19 @@ class WindowedCausalLM(torch.nn.Module):
     (``TorchExportableModuleWithStaticCache``), so they carry the same names as in its
     export."""
 
-    def __init__(self, model, max_cache_len=None, window_step: int = 256):
+    def __init__(self, model, max_cache_len=None, window_step: int = 256, max_seq_len: int = 128):
         super().__init__()
         self.cached = TorchExportableModuleWithStaticCache(model, max_cache_len=max_cache_len)
         self.capacity = self.cached.static_cache.get_max_length()
         self.window_step = window_step
+        # Sliding-window layers over rings of W + max_seq_len slots (etmlx.sliding_cache)
+        self.rings = Rings(self.cached.static_cache, model.config.get_text_config(), self.capacity, max_seq_len)
+        for i in self.rings.layers:
+            layer = self.cached.static_cache.layers[i]
+            self.cached.register_buffer(f"key_cache_{i}", layer.keys, persistent=False)
+            self.cached.register_buffer(f"value_cache_{i}", layer.values, persistent=False)
+            self.cached.register_buffer(f"cumulative_length_{i}", layer.cumulative_length, persistent=False)
+        self.register_buffer("ring_end", torch.zeros((), dtype=torch.long), persistent=False)
 
     def window(self, last_position):
         """The cache slots attention reads when ``last_position`` is the last written: the
@@ -46,16 +55,20 @@ class WindowedCausalLM(torch.nn.Module):
         start = written[:1].reshape(())
         for layer in self.cached.static_cache.layers:
             layer.cumulative_length.copy_(start)
+        if self.rings:
+            self.rings.call(self.cached.static_cache, start, tokens.shape[1], self.ring_end)
         takes_keep = "logits_to_keep" in inspect.signature(self.cached.model.forward).parameters
         last_only = {"logits_to_keep": 1} if takes_keep else {}
-        _TRACING.window = window  # for windowed_sdpa: not every family passes its call's kwargs on to attention
+        # for windowed_sdpa: not every family passes its call's kwargs on to attention
+        _TRACING.window, _TRACING.rings = window, self.rings
         try:
             outputs = self.cached.model(
                 input_ids=tokens, attention_mask=None, past_key_values=self.cached.static_cache, use_cache=True,
                 **last_only,
             )
-        finally:
-            _TRACING.window = None
+        finally:  # no traced value may outlive the call: torch.export would make it an output
+            _TRACING.window = _TRACING.rings = None
+            self.rings.forget(self.cached.static_cache)
         return outputs.logits[:, -1, :]
 
 
@@ -82,9 +95,11 @@ class SampledCausalLM(WindowedCausalLM):
 
 
 class _Tracing:
-    """The window of the ``WindowedCausalLM`` call being traced (a SymInt), else None."""
+    """The window of the ``WindowedCausalLM`` call being traced (a SymInt) and its
+    sliding layers' ``Rings``, else None."""
 
     window = None
+    rings = None
 
 
 _TRACING = _Tracing()
@@ -97,9 +112,14 @@ def windowed_sdpa(module, query, key, value, attention_mask, **kwargs):
         raise ExportError("etmlx's windowed attention runs only inside etmlx.causal_lm.export_methods")
     if attention_mask is None:
         raise ExportError("windowed attention needs the causal mask over the cache, and the model passed none")
-    # slice_copy, not a view: a view's contiguity would make torch.export specialize on L.
-    key, value = (torch.ops.aten.slice_copy.Tensor(t, 2, 0, etmlx_window) for t in (key, value))
-    attention_mask = torch.ops.aten.slice_copy.Tensor(attention_mask, -1, 0, etmlx_window)
+    rings = _TRACING.rings
+    if getattr(module, "layer_idx", None) in rings.layers:  # keys and values: the ring, then the call's own
+        mask = rings.current.mask  # a copy of it marks the graph as windowed (attends_through_window)
+        attention_mask = torch.ops.aten.slice_copy.Tensor(mask, -1, 0, mask.shape[-1])
+    else:
+        # slice_copy, not a view: a view's contiguity would make torch.export specialize on L.
+        key, value = (torch.ops.aten.slice_copy.Tensor(t, 2, 0, etmlx_window) for t in (key, value))
+        attention_mask = torch.ops.aten.slice_copy.Tensor(attention_mask, -1, 0, etmlx_window)
     if kwargs.get("softcap") is not None:
         return _softcapped(module, query, key, value, attention_mask, **kwargs)
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
