@@ -74,7 +74,7 @@ class Rings:
     def __bool__(self) -> bool:
         return bool(self.layers)
 
-    def call(self, static_cache: StaticCache, start, count, end: torch.Tensor) -> RingCall:
+    def call(self, static_cache: StaticCache, start, count, end: torch.Tensor) -> None:
         """The ring call of ``count`` positions from ``start``, the last call having ended
         at ``end`` (a buffer: updated here). ``start`` must be 0 or within ``rewind`` of
         ``end``: the check is an index into ``arange(rewind + 1)``."""
@@ -92,8 +92,6 @@ class Rings:
         call = self.current = RingCall(torch.remainder(positions, self.size), mask[None, None])
         for index in self.layers:
             static_cache.layers[index].call = call
-        return call
-
 
     def forget(self, static_cache: StaticCache) -> None:
         """Drops the traced call (set by ``call``)."""

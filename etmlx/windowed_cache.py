@@ -36,7 +36,8 @@ class WindowedCausalLM(torch.nn.Module):
             self.cached.register_buffer(f"key_cache_{i}", layer.keys, persistent=False)
             self.cached.register_buffer(f"value_cache_{i}", layer.values, persistent=False)
             self.cached.register_buffer(f"cumulative_length_{i}", layer.cumulative_length, persistent=False)
-        self.register_buffer("ring_end", torch.zeros((), dtype=torch.long), persistent=False)
+        if self.rings:  # where the last call ended
+            self.register_buffer("ring_end", torch.zeros((), dtype=torch.long), persistent=False)
 
     def window(self, last_position):
         """The cache slots attention reads when ``last_position`` is the last written: the
