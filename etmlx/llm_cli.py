@@ -69,9 +69,18 @@ def _progress(stage: str, seconds: float) -> None:
     print(f"{stage}: {seconds:.1f} s", file=sys.stderr, flush=True)
 
 
+def _require_transformers(command: str) -> None:
+    """One line, not a traceback, for a pip install without the ``llm`` extra."""
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is None:
+        raise EtMlxError(f"{command} needs transformers, which is not installed: pip install 'etmlx[llm]'")
+
+
 def _export_llm(args) -> int:
     from .llm_export import export_llm
 
+    _require_transformers("export-llm")
     result = export_llm(args.model, args.output, args.max_context, args.max_seq_len, args.quantize, args.group_size,
                         args.dtype, args.sample_on_device, progress=_progress)
     print(f"wrote {result.path} ({result.size_bytes} bytes); {result.report.summary()}")
@@ -91,6 +100,7 @@ def _session(args):
     from . import load
     from .generation import Sampling, Session, load_tokenizer
 
+    _require_transformers(args.command)
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.min_p, args.repetition_penalty, args.seed)
     session = Session(load(args.pte, runtime=args.runtime))
     return session, load_tokenizer(args.tokenizer or os.path.dirname(os.path.abspath(args.pte))), sampling

@@ -91,6 +91,21 @@ def test_bad_input_is_one_clear_line(args, message):
     assert line.startswith(f"etmlx {args[0]}: error:") and message in line
 
 
+@pytest.mark.parametrize("command", [["export-llm", "folder", "-o", "x.pte"], ["chat", "x.pte"]])
+def test_language_model_commands_without_transformers_say_what_to_install(command, monkeypatch, capsys):
+    """A pip install without the llm extra: one line naming it, not an ImportError's traceback."""
+    import importlib.util
+
+    from etmlx.cli import main
+
+    find_spec = importlib.util.find_spec
+    missing = lambda name, *args: None if name == "transformers" else find_spec(name, *args)  # noqa: E731
+    monkeypatch.setattr(importlib.util, "find_spec", missing)
+    assert main(command) == 1
+    expected = f"{command[0]} needs transformers, which is not installed: pip install 'etmlx[llm]'"
+    assert f"etmlx {command[0]}: error: {expected}" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("runtime", ["python", "executorch"])
 def test_wrong_input_shape(mlp_pte, tmp_path, runtime):
     inputs = tmp_path / "bad.npz"
