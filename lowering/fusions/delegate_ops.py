@@ -10,7 +10,9 @@ functionalization turns it into a buffer update the delegate owns; ``custom_sdpa
 attends over the cache's first ``start_pos + L`` positions, causally aligned to the end;
 ``rope`` rotates the first ``dims`` features by angles ``(pos + t) * base^(-2i/dims) *
 scale``; ``gather_mm`` multiplies by the right operands ``rhs_indices`` picks;
-``gather_qmm`` stays as it is, for its own rule (``rules/delegate_quantized.py``). A call
+``gather_qmm`` stays as it is, for its own rule (``rules/delegate_quantized.py``);
+``moe_gather_inputs`` repeats each token's row for its ``top_k`` experts, ordered by
+expert, and ``moe_scatter_outputs`` puts the experts' outputs back in token order. A call
 etmlx cannot compute as that meaning says is refused with the reason, and an ``mlx::``
 op it does not know (a custom Metal kernel, say) by name: no ExecuTorch kernel could
 run either.
@@ -143,17 +145,52 @@ def _gather_mm(args, node):
     return aten.bmm.default(args.a, chosen) if per_token else aten.matmul.default(args.a, chosen)
 
 
-# op name -> (check(node, args) -> reason or None, expand(args, node) -> result proxy)
+def _argsort(values):
+    """Ascending order (ties lowest index first, as etmlx sorts; the callers need only a
+    permutation)."""
+    return aten.sort.default(values)[1]
+
+
+def _moe_gather_inputs(args, node):
+    """Each token's row once per expert it chose, ordered by expert (upstream's sorted
+    branch, taken for every token count: the order is a permutation the scatter undoes,
+    so the numerics are those of either branch), with the experts' ids, a 1 saying they
+    are sorted, and the inverse permutation."""
+    flat = aten.reshape.default(args.expert_indices, [-1])
+    order = _argsort(flat)
+    rows = aten.div.Scalar_mode(order, args.top_k, rounding_mode="floor")
+    x_input = aten.unsqueeze.default(aten.index.Tensor(args.x, [rows]), -2)
+    idx = aten._to_copy.default(aten.index.Tensor(flat, [order]), dtype=torch.int32)
+    inverse = aten._to_copy.default(_argsort(order), dtype=torch.int32)
+    sorted_flag = aten.new_ones.default(flat, [], dtype=torch.int32)
+    return x_input, idx, sorted_flag, inverse
+
+
+def _moe_scatter_outputs(args, node):
+    """Back in token order (``inv_order`` is the identity where the gather did not sort,
+    so it is applied either way), ``[tokens, top_k, H]``."""
+    down = aten.squeeze.dim(args.down, -2)
+    restored = aten.index.Tensor(down, [aten._to_copy.default(args.inv_order, dtype=torch.int64)])
+    return aten.reshape.default(restored, [-1, args.top_k, aten.sym_size.int(down, -1)])
+
+
+# op name -> (check(node, args) -> reason or None, expand(args, node) -> result proxy, or a tuple of them)
 _EXPANSIONS: dict = {
     "kv_cache_update": (lambda node, args: None, lambda args, node: _kv_cache_update(args)),
     "custom_sdpa": (_check_custom_sdpa, _custom_sdpa),
     "rope": (_check_rope, _rope),
     "gather_mm": (_check_gather_mm, _gather_mm),
+    "moe_gather_inputs": (lambda node, args: None, _moe_gather_inputs),
+    "moe_scatter_outputs": (lambda node, args: None, _moe_scatter_outputs),
 }
 
 
 # op name -> its lowering rule's check: lowered as it is, after decomposition
 _LOWERED_AS_IS = {"gather_qmm": check_gather_qmm}
+
+
+def _op_name(node: fx.Node) -> str:
+    return node.target._schema.name.split("::")[-1]
 
 
 def is_delegate_op(node: fx.Node) -> bool:
@@ -170,7 +207,7 @@ def expand_delegate_ops(program) -> bool:
         if not is_delegate_op(node):
             continue
         found = True
-        name = node.target._schema.name.split("::")[-1]
+        name = _op_name(node)
         if name not in _EXPANSIONS and name not in _LOWERED_AS_IS:
             known = ", mlx::".join([*_EXPANSIONS, *_LOWERED_AS_IS])
             raise ExportError(f"mlx::{name} ({node.name}): etmlx has no lowering for this op of ExecuTorch's MLX "
@@ -194,9 +231,29 @@ def _replace(graph: fx.Graph, node: fx.Node, expand: Callable) -> None:
     bound = bind(node)
     proxies = {name: Proxy(value, tracer) if isinstance(value, fx.Node) else value
                for name, value in bound._values.items()}
+    before = set(graph.nodes)
     with graph.inserting_before(node):
         result = expand(type(bound)(proxies, bound._op), node)
-    node.replace_all_uses_with(result.node)
+    _trace_values([n for n in graph.nodes if n not in before], node)
+    if isinstance(result, tuple):  # a multi-output op: each getitem of it takes that result
+        for user in list(node.users):
+            user.replace_all_uses_with(result[user.args[1]].node)
+            graph.erase_node(user)
+    else:
+        node.replace_all_uses_with(result.node)
     graph.erase_node(node)
 
 
+
+
+def _trace_values(nodes: list, like: fx.Node) -> None:
+    """Each recorded node's traced value (``meta["val"]``), computed in the program's fake
+    mode from its operands', as torch.export leaves on every node: the rules and checks
+    that run next (another ``mlx::`` op's expansion, the fused calls' checks) read it."""
+    from torch._guards import detect_fake_mode
+
+    values = [a.meta["val"] for a in like.all_input_nodes if "val" in a.meta]
+    with detect_fake_mode(values):
+        for node in nodes:
+            args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda a: a.meta["val"])
+            node.meta["val"] = node.target(*args, **kwargs)

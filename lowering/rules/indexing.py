@@ -77,10 +77,15 @@ _REARRANGING = (
 )
 
 
+# Ops whose result holds only values of their first operand.
+_KEEPING_VALUES = (*_REARRANGING, *_PASS_THROUGH, "aten::index.Tensor")
+
+
 def sorted_positions_bound(index: fx.Node):
     """n when ``index`` holds positions along an axis of n elements by construction (the
-    indices of ``sort``/``topk``, maybe reshaped: a router's chosen experts), else None."""
-    while index.op == "call_function" and op_name(index.target) in _REARRANGING:
+    indices of ``sort``/``topk``, maybe reshaped, cast, or some of them gathered: a
+    router's chosen experts, in the order ExecuTorch's MLX delegate sorts them), else None."""
+    while index.op == "call_function" and op_name(index.target) in _KEEPING_VALUES:
         index = index.args[0]
     if index.op != "call_function" or index.target is not operator.getitem or index.args[1] != 1:
         return None

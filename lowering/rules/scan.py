@@ -42,16 +42,24 @@ def check_sortable(node, args):
     return None
 
 
-def _order(ctx, args, descending: bool, count: int):
+def _check_sort(node, args):
+    """An ascending sort of the whole axis needs no size: it may be dynamic."""
+    if not args.descending and rank_of(args.self) > 0:
+        return None
+    return check_sortable(node, args)
+
+
+def _order(ctx, args, descending: bool, count):
     """The first ``count`` positions of ``args.self`` sorted along its axis, as int64
-    (the first ``count`` outputs of PyTorch's indices), ties lowest index first.
-    Descending: the stable ascending order of x read backwards, mapped back
-    (n - 1 - i), so that ties keep their order and NaN, sorted last, comes first."""
+    (the first ``count`` outputs of PyTorch's indices; all of them for None), ties
+    lowest index first. Descending: the stable ascending order of x read backwards,
+    mapped back (n - 1 - i), so that ties keep their order and NaN, sorted last, comes
+    first."""
     axis, size = _axis_and_size(args)
     x = ctx.tensor(args.self)
     if not descending:
         order = ctx.emit(ArgSort, x=x, axis=axis)
-        if count < size:
+        if count is not None and count < size:
             order = ctx.emit(Slice, x=order, axis=axis, start=int_or_slot(0), stop=int_or_slot(count), step=1)
         return ctx.emit(AsType, x=order, dtype=ir_dtype(torch.int64))
     backwards = ctx.emit(ArgSort, x=reversed_along(ctx, x, axis, size), axis=axis)
@@ -74,15 +82,16 @@ def _bind_sorted(ctx, node, args, descending: bool, count: int) -> None:
     ascending = ctx.emit(Sort, x=ctx.tensor(args.self), axis=axis)
     if descending:  # read backwards: NaN, sorted last, comes first as in PyTorch
         ctx.bind(node, reversed_along(ctx, ascending, axis, size, count), index=0)
-    elif count < size:
+    elif count is not None and count < size:
         ctx.bind(node, ctx.emit(Slice, x=ascending, axis=axis, start=int_or_slot(0), stop=int_or_slot(count), step=1), index=0)
     else:
         ctx.bind(node, ascending, index=0)
 
 
-@lowers("aten::sort", check=check_sortable)
+@lowers("aten::sort", check=_check_sort)
 def _lower_sort(ctx, node, args):
-    _bind_sorted(ctx, node, args, bool(args.descending), _axis_and_size(args)[1])
+    descending = bool(args.descending)
+    _bind_sorted(ctx, node, args, descending, _axis_and_size(args)[1] if descending else None)
 
 
 def _check_topk(node, args):

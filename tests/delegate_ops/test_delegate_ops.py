@@ -130,6 +130,35 @@ def test_gather_mm_equals_its_reference():
         assert_close(lowered.program.forward(x), module(x))
 
 
+class RoutedExperts(torch.nn.Module):
+    """The upstream delegate's mixture of experts: tokens gathered per chosen expert
+    (top 2 of 4), one gather_mm, the outputs scattered back and weighted."""
+
+    def __init__(self, sort_cutoff: int):
+        super().__init__()
+        self.sort_cutoff = sort_cutoff
+        self.router = torch.nn.Linear(16, 4)
+        self.experts = torch.nn.Parameter(torch.randn(4, 16, 24))
+
+    def forward(self, x):  # x: [tokens, 16]
+        weights, chosen = self.router(x).softmax(-1).topk(2)
+        x_input, idx, sort_experts, inv_order = mlx.moe_gather_inputs(x, chosen, 2, self.sort_cutoff)
+        down = mlx.gather_mm(x_input, self.experts, idx)
+        return (mlx.moe_scatter_outputs(down, sort_experts, inv_order, 2) * weights.unsqueeze(-1)).sum(1)
+
+
+@pytest.mark.parametrize("sort_cutoff", [0, 64], ids=["sorted", "unsorted"])
+def test_moe_gather_and_scatter_equal_their_reference(sort_cutoff):
+    """Whichever branch the upstream reference takes (sorted past ``sort_cutoff`` tokens),
+    etmlx's one form gives its outputs."""
+    module = RoutedExperts(sort_cutoff)
+    lowered = lower(module, (torch.randn(6, 16),), dynamic_shapes=({0: Dim("tokens", min=1, max=64)},))
+    assert tensor_kernels(lowered.kernels) == [] and "GatherMm" in lowered.nodes and "ArgSort" in lowered.nodes
+    for tokens in (6, 1, 9):
+        x = torch.randn(tokens, 16)
+        assert_close(lowered.program.forward(x), module(x))
+
+
 class QuantizedExperts(torch.nn.Module):
     """The upstream delegate's SwitchLinear: each token's vector times its expert's
     quantized matrix (4 experts of 24 x 64), int8 values or 4-bit nibbles."""

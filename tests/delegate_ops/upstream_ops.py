@@ -4,7 +4,7 @@ because the executorch 1.5.1 wheel cannot import that module ("MLX delegate gene
 files not found"). The eager kernels are this file's own reading of the ops' documented
 meaning, written as plainly as possible: the references the tests hold etmlx to."""
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -96,6 +96,37 @@ def _define():
           mode="affine", sorted_indices=None):
         batch = w.shape[:-2] if rhs_indices is None else rhs_indices.shape
         return x.new_empty((*batch, x.shape[-2], w.shape[-2] if transpose else w.shape[-1]))
+
+    @torch.library.custom_op("mlx::moe_gather_inputs", mutates_args=())
+    def moe_gather_inputs(x: Tensor, expert_indices: Tensor, top_k: int,
+                          sort_cutoff: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Each token's row once per chosen expert; past ``sort_cutoff`` tokens ordered by
+        expert (then the inverse order undoes it), else in token order."""
+        tokens = x.shape[0]
+        flat = expert_indices.flatten()
+        if tokens > sort_cutoff:
+            order = flat.argsort()
+            return (x[order // top_k].unsqueeze(-2), flat[order].to(torch.int32), torch.ones((), dtype=torch.int32),
+                    order.argsort().to(torch.int32))
+        return (x.repeat_interleave(top_k, 0).unsqueeze(-2), flat.to(torch.int32), torch.zeros((), dtype=torch.int32),
+                torch.arange(tokens * top_k, dtype=torch.int32))
+
+    @moe_gather_inputs.register_fake
+    def _(x, expert_indices, top_k, sort_cutoff):
+        count = x.shape[0] * top_k
+        return (x.new_empty((count, 1, x.shape[-1])), expert_indices.new_empty((count,), dtype=torch.int32),
+                x.new_empty((), dtype=torch.int32), x.new_empty((count,), dtype=torch.int32))
+
+    @torch.library.custom_op("mlx::moe_scatter_outputs", mutates_args=())
+    def moe_scatter_outputs(down: Tensor, sort_experts: Tensor, inv_order: Tensor, top_k: int) -> Tensor:
+        down = down.squeeze(-2)
+        if sort_experts.item():
+            down = down[inv_order.long()]
+        return down.reshape(down.shape[0] // top_k, top_k, -1).clone()
+
+    @moe_scatter_outputs.register_fake
+    def _(down, sort_experts, inv_order, top_k):
+        return down.new_empty((down.shape[0] // top_k, top_k, down.shape[-1]))
 
     @torch.library.custom_op("mlx::sample", mutates_args=())
     def sample(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor,
