@@ -112,7 +112,8 @@ def _parse(data: bytes, path) -> tuple:
 
 def _array(entry, body: bytes, path) -> np.ndarray:
     """A buffer's array, its entry checked against the bytes there are."""
-    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or entry.get("dtype") not in _STORAGE:
+    known_dtype = isinstance(entry, dict) and isinstance(entry.get("dtype"), str) and entry["dtype"] in _STORAGE
+    if not known_dtype or not isinstance(entry.get("name"), str):
         raise PromptCacheError(f"{path}: a buffer entry without a name or a known dtype")
     shape, offset, nbytes = entry.get("shape"), entry.get("offset"), entry.get("nbytes")
     if not isinstance(shape, list) or not all(isinstance(n, int) and 0 <= n < 2**31 for n in shape):

@@ -96,6 +96,8 @@ def _plan(ep) -> t.ExecutionPlan:
         raise PteFormatError(f"method name {name!r} is empty or not printable")
     if ep.ChainsLength() != 1:
         raise PteFormatError(f"method {name!r} has {ep.ChainsLength()} chains; only single-chain plans are supported")
+    if ep.InputsIsNone() or ep.OutputsIsNone():  # ExecuTorch's runtime aborts on such a plan
+        raise PteFormatError(f"method {name!r}: the plan lacks its list of inputs or outputs")
     chain = ep.Chains(0)
     plan = t.ExecutionPlan(
         name=name,

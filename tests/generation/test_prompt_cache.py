@@ -118,6 +118,7 @@ DAMAGE = {
     "another dtype": (_edited("dtype", "int32"), "is int32"),
     "bytes outside the file": (_edited("offset", 2**40), "lies outside the file"),
     "an unknown dtype": (_edited("dtype", "complex64"), "a known dtype"),
+    "a dtype that is no name": (_edited("dtype", []), "a known dtype"),  # found by the fuzzer
     "a buffer this program lacks": (_edited("name", "cached.key_cache_9"), "missing"),
 }
 

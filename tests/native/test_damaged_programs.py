@@ -189,6 +189,19 @@ def test_a_plan_without_its_buffer_sizes(pte):
         etmlx.load(bytes(data), runtime="executorch")
 
 
+@pytest.mark.parametrize("field", [3, 4], ids=["inputs", "outputs"])
+def test_a_plan_without_its_inputs_or_outputs(pte, field):
+    """Found by the fuzzer: ExecuTorch's runtime aborts ("Missing inputs field") on a plan
+    whose list of inputs or outputs is absent; both runtimes refuse it by name."""
+    from etmlx.runtime_shim.generated.executorch_flatbuffer.Program import Program
+
+    data = bytearray(pte)
+    plan = Program.GetRootAs(data, 0).ExecutionPlan(0)
+    vtable = plan._tab.Pos - struct.unpack_from("<i", data, plan._tab.Pos)[0]
+    struct.pack_into("<H", data, vtable + 4 + 2 * field, 0)  # the field's vtable entry: absent
+    _load_everywhere(bytes(data), "the plan lacks its list of inputs or outputs")
+
+
 @pytest.mark.parametrize("field, value", [(1, 7), (1, 4), (2, "x"), (3, "x")],
                          ids=["odd dims", "dims not the last axis", "offset x", "freqs x"])
 def test_a_rope_whose_operands_do_not_fit(field, value):
