@@ -12,13 +12,17 @@ loaded program against the size of its weights, per runtime.
 mlx-lm's own (``nn.quantize``, same bits and group size) of the same float weights for
 mlx-lm; ``mxfp8``/``nvfp4``: ExecuTorch's exportable configs, and MLX's own mode of that
 name for mlx-lm. ``--max-cache`` sizes the KV cache (default: the prompt and new tokens, plus 8).
-``--gguf FILE`` takes a Llama GGUF file instead (``etmlx.gguf_model``: its quantized
+``--kv-bits 8|4`` quantizes the KV cache (``etmlx.quantized_cache``, groups of
+``--kv-group-size``), mlx-lm's ``QuantizedKVCache`` of the same bits and group size
+from the first token; the float cache is then the eager reference the quantized
+runs are measured against. ``--gguf FILE`` takes a Llama GGUF file instead (``etmlx.gguf_model``: its quantized
 blocks kept), mlx-lm getting its dequantized weights quantized by its own means at the
 file's most common width in groups of 32 (``python -m examples.llm_gguf`` writes one).
 
     python bench/bench_llm.py [--hidden 64 --layers 2 --prompt 16 --new-tokens 32]
                               [--max-cache 2048] [--quantize int4 --group-size 64 | --gguf FILE]
     python bench/bench_llm.py --max-cache 32768 --held 4096 --prompt 256   # decode over 4096 held tokens
+    python bench/bench_llm.py --hidden 1024 --layers 8 --max-cache 2048 --kv-bits 8
 """
 
 import argparse
@@ -83,6 +87,18 @@ def closeness(float_model, quantized, tokens) -> tuple:
         a, b = float_model(ids).logits[0].double(), quantized(ids).logits[0].double()
     cosine = torch.nn.functional.cosine_similarity(a, b, dim=-1).mean()
     return float(cosine), float((a.argmax(-1) == b.argmax(-1)).double().mean())
+
+
+KV_CLOSENESS_POSITIONS = 256  # eager PyTorch steps one position a call: the start of a long conversation
+
+
+def kv_closeness(model, tokens, cache) -> tuple:
+    """(largest logit error of the quantized cache over the float cache's largest logit,
+    share of positions whose greedy choice they agree on) at each position of ``tokens``."""
+    float_logits = llm.stepwise_logits(model, tokens)
+    quantized = llm.stepwise_logits(model, tokens, **cache)
+    error = (quantized - float_logits).abs().max() / float_logits.abs().max()
+    return float(error), float((quantized.argmax(-1) == float_logits.argmax(-1)).double().mean())
 
 
 def stored_bytes(path: str) -> tuple:
@@ -191,14 +207,16 @@ def eager_runner(model, chunk=2**31):
     return prefill, decode
 
 
-def mlx_lm_runner(reference, chunk=2**31):
-    """Greedy calls of an mlx-lm model (built with the weights being compared)."""
-    from mlx_lm.models.cache import make_prompt_cache
+def mlx_lm_runner(reference, chunk=2**31, kv_bits=None, kv_group_size=64):
+    """Greedy calls of an mlx-lm model (built with the weights being compared), over its
+    quantized KV cache from the first token when ``kv_bits`` is given."""
+    from mlx_lm.models.cache import QuantizedKVCache, make_prompt_cache
 
     state = {}
 
     def prefill(prompt):
-        state["cache"] = make_prompt_cache(reference)
+        state["cache"] = make_prompt_cache(reference) if kv_bits is None else [
+            QuantizedKVCache(group_size=kv_group_size, bits=kv_bits) for _ in reference.layers]
         for _, part in chunks(prompt, chunk):
             logits = reference(mx.array([part]), cache=state["cache"])
         return int(logits[0, -1].argmax())
@@ -237,6 +255,8 @@ def main() -> None:
     parser.add_argument("--quantize", choices=CHOICES)
     parser.add_argument("--group-size", type=int, default=64)
     parser.add_argument("--gguf", help="a Llama GGUF file instead of a random model")
+    parser.add_argument("--kv-bits", type=int, choices=(4, 8), help="a quantized KV cache")
+    parser.add_argument("--kv-group-size", type=int, default=64)
     parser.add_argument("--held", type=int, help="a prompt of this many tokens, prefilled in calls of --prompt "
                         "tokens (every runner alike), so that decode reads a cache holding them")
     args = parser.parse_args()
@@ -261,7 +281,8 @@ def main() -> None:
     prompt = list(range(3, 3 + args.prompt))
     with tempfile.TemporaryDirectory() as tmp:
         path, whole_cache = os.path.join(tmp, "llm.pte"), os.path.join(tmp, "whole_cache.pte")
-        result = etmlx.export_methods(llm.export_methods(exported, args.prompt), path)
+        kv_cache = dict(kv_bits=args.kv_bits, kv_group_size=args.kv_group_size)
+        result = etmlx.export_methods(llm.export_methods(exported, args.prompt, **kv_cache), path)
         etmlx.export_methods(llm.export_whole_cache_methods(exported, args.prompt), whole_cache)
         tokenizer = loaded.tokenizer if args.gguf else llm.train_tokenizer(model.config.vocab_size)
         tokenizer_path = os.path.join(tmp, "tokenizer.json")
@@ -274,25 +295,35 @@ def main() -> None:
             "etmlx native": time_generation(*etmlx_runner(path, "executorch", chunk), prompt, args.new_tokens),
             "  whole cache": time_generation(*etmlx_runner(whole_cache, chunk=chunk), prompt, args.new_tokens),
             "eager PyTorch": time_generation(*eager_runner(exported, chunk), prompt, args.new_tokens),
-            "mlx-lm llama": time_generation(*mlx_lm_runner(mlx_lm_llama(model, args.quantize, args.group_size), chunk),
-                                            prompt, args.new_tokens),
+            "mlx-lm llama": time_generation(*mlx_lm_runner(mlx_lm_llama(model, args.quantize, args.group_size), chunk,
+                                                           **kv_cache), prompt, args.new_tokens),
         }
         runner = text_llm_runner(path, tokenizer_path, tokenizer.decode(prompt), args.new_tokens)
         weights, cache = stored_bytes(path)
         memory = {runtime: resident_memory(path, runtime) for runtime in etmlx.RUNTIMES}
     print(f"Llama hidden {args.hidden}, {args.layers} layers, prompt {held} (calls of {chunk}), "
           f"{args.new_tokens} new tokens, "
-          f"max cache {max_cache}, fp32 activations, weights {weights_are}; BLAS: {preload_openblas()}; "
+          f"max cache {max_cache}{f' quantized to {args.kv_bits} bits (groups of {args.kv_group_size})' if args.kv_bits else ''}, "
+          f"fp32 activations, weights {weights_are}; BLAS: {preload_openblas()}; "
           f"{result.report.summary()}")
-    compared = ("etmlx python", "etmlx native", "  whole cache", "eager PyTorch")
+    # a quantized cache computes other logits than eager's float one: compared below instead
+    compared = ("etmlx python", "etmlx native") if args.kv_bits else ("etmlx python", "etmlx native", "  whole cache",
+                                                                      "eager PyTorch")
     same = len({tuple(runs[name][2]) for name in compared}) == 1
     print("etmlx: attention over the filled cache (etmlx.causal_lm); '  whole cache': the Python runtime "
           "attending over the whole cache (transformers' export wrapper)")
-    runner_same = runner[2] == tokenizer.decode(runs["eager PyTorch"][2])
-    print(f"greedy tokens of the .pte (both runtimes, both forms) identical to eager PyTorch's: {same}; "
-          f"ExecuTorch's TextLLMRunner's text {'equal too' if runner_same else 'differs'}; mlx-lm's "
-          f"{'equal too' if runs['mlx-lm llama'][2] == runs['eager PyTorch'][2] else 'differ'}"
+    reference = runs[compared[-1]][2]
+    runner_same = runner[2] == tokenizer.decode(reference)
+    print(f"greedy tokens of the .pte identical {'on both runtimes' if args.kv_bits else 'to eager PyTorch (both runtimes, both forms)'}: "
+          f"{same}; ExecuTorch's TextLLMRunner's text {'equal too' if runner_same else 'differs'}; mlx-lm's "
+          f"{'equal too' if runs['mlx-lm llama'][2] == reference else 'differ'}"
           f"{f' (its own quantization, {args.quantize} in groups of {args.group_size})' if args.quantize else ''}")
+    if args.kv_bits:
+        conversation = (prompt + runs["etmlx python"][2])[:KV_CLOSENESS_POSITIONS]
+        error, agreement = kv_closeness(exported, conversation, kv_cache)
+        print(f"the quantized cache against the float one (eager PyTorch, one call a position over the first "
+              f"{len(conversation)} positions of prompt and reply): largest logit error {error:.2%} of the largest "
+              f"logit, greedy choice agreeing at {agreement:.0%} of positions")
     if args.quantize and not args.gguf:
         cosine, agreement = closeness(model, exported, runs["eager PyTorch"][2])
         print(f"against the float model, over those tokens: logits' cosine {cosine:.4f} (mean over positions), "

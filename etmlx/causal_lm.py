@@ -31,13 +31,15 @@ RUNNER_METHODS = ("get_max_seq_len", "get_max_context_len", "get_vocab_size", "g
 
 
 def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_step: int = WINDOW_STEP,
-                   sample_on_device: bool = False) -> dict:
+                   sample_on_device: bool = False, kv_bits=None, kv_group_size: int = 64) -> dict:
     """``{"forward": ExportedProgram, "get_max_seq_len": ..., ...}`` of a Hugging Face
     causal LM (for ``etmlx.export_methods``): ``forward`` takes 1 to ``max_seq_len`` tokens
     per call; the cache holds ``max_context_len`` tokens (default: the model's
     ``generation_config``); the other entries are the runner's constant methods.
     ``sample_on_device`` adds ``sample`` (``windowed_cache.SampledCausalLM``): the same
-    call, returning the next token id drawn inside the MLX delegate, over the same cache."""
+    call, returning the next token id drawn inside the MLX delegate, over the same cache.
+    ``kv_bits`` (4 or 8): the full-attention layers' caches quantized, in groups of
+    ``kv_group_size`` values of a head (``etmlx.quantized_cache``)."""
     import torch
     from torch.export import Dim
 
@@ -47,7 +49,8 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
 
     if not isinstance(window_step, int) or window_step < 1:
         raise ExportError(f"window_step={window_step!r}: expected a number of cache slots, 1 or more")
-    module = WindowedCausalLM(model, max_context_len, window_step, max_seq_len)
+    cache = dict(kv_bits=kv_bits, kv_group_size=kv_group_size)
+    module = WindowedCausalLM(model, max_context_len, window_step, max_seq_len, **cache)
     capacity = module.capacity
     if not isinstance(max_seq_len, int) or not 1 <= max_seq_len <= capacity:
         raise ExportError(f"max_seq_len={max_seq_len!r}: expected 1 to the cache's {capacity} tokens")
@@ -57,7 +60,7 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
     traced = {"forward": (module, inputs, ({1: seq}, {0: seq}))}
     if sample_on_device:
         settings = (torch.tensor([1.0]), torch.tensor([0]), torch.tensor([1.0]), torch.tensor([0.0]), torch.tensor([0.5]))
-        traced["sample"] = (SampledCausalLM(model, max_context_len, window_step, max_seq_len), inputs + settings,
+        traced["sample"] = (SampledCausalLM(model, max_context_len, window_step, max_seq_len, **cache), inputs + settings,
                             ({1: seq}, {0: seq}) + (None,) * len(settings))
     programs = {}
     with windowed_attention(model), batched_experts(model), torch.no_grad(), warnings.catch_warnings():

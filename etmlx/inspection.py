@@ -8,6 +8,7 @@ from etmlx.runtime_shim.describe import describe
 from etmlx.runtime_shim.pte_file import read_pte
 from etmlx.serializer import BACKEND_ID, deserialize, node_type
 from etmlx.serializer.generated.etmlx_ir.QuantMode import QuantMode
+from etmlx.serializer.generated.etmlx_ir.QuantizedPart import QuantizedPart
 from etmlx.serializer.ir import DTYPE_NAMES, NUMPY_STORAGE, QUANT_MODE_NAMES
 
 
@@ -78,13 +79,17 @@ def _delegate(pte, delegate) -> dict:
         for b in graph.buffers or []
     ]
     entry["quantized"] = _quantized_weights(graph)
+    entry["quantized_cache"] = [  # per keys or values written to a quantized KV cache
+        {"format": f"int{node.op.bits}", "group_size": node.op.groupSize}
+        for node in graph.nodes or [] if node_type(node) == "Quantize" and node.op.part == QuantizedPart.Words
+    ]
     return entry
 
 
 def _quantized_weights(graph) -> list:
     """Per quantized weight a node reads, in execution order: its node, the format it runs
     in (``int4``, groups of 64; ``mxfp8``, groups of 32) and its logical shape (the packed
-    words unpacked)."""
+    words unpacked). Not a quantized KV cache's reads: their words are no constant."""
     shapes = {c.slot: list(c.shape or []) for c in graph.constants or []}
     gathered = {node.op.out.idx: node.op.x.idx for node in graph.nodes or [] if node_type(node) == "Take"}
     weights = []
@@ -94,7 +99,9 @@ def _quantized_weights(graph) -> list:
             continue
         op = node.op
         table = gathered.get(op.w.idx, op.w.idx)  # an embedding's rows are taken from its table first
-        shape = list(shapes.get(table, []))
+        if table not in shapes:
+            continue
+        shape = list(shapes[table])
         if shape and op.bits:
             shape[-1] = shape[-1] * 32 // op.bits
         mode = getattr(op, "mode", QuantMode.Affine)
@@ -133,6 +140,11 @@ def format_text(report: dict, constants: bool = False) -> str:
                 )
                 if formats:
                     lines.append("    quantized weights: " + ", ".join(f"{n} {f}" for f, n in sorted(formats.items())))
+                cache = collections.Counter(
+                    f"{w['format']} in groups of {w['group_size']}" for w in delegate.get("quantized_cache", [])
+                )
+                if cache:
+                    lines.append("    KV cache quantized: " + ", ".join(f"{n} writes {f}" for f, n in sorted(cache.items())))
                 sizes = report["named_data"]
                 if not constants:
                     total = sum(sizes.get(tensor["key"], 0) for tensor in delegate["constants"])

@@ -8,6 +8,7 @@ from collections import Counter
 
 from .errors import EtMlxError
 from .quantization import CHOICES
+from .serializer.constants import QUANTIZED_CACHE_BITS
 
 
 def add_commands(commands) -> None:
@@ -25,6 +26,10 @@ def add_commands(commands) -> None:
                         "--group-size does not apply to mxfp4, mxfp8 and nvfp4)")
     export.add_argument("--group-size", type=_positive, default=64, help="values per quantization group (default 64)")
     export.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    export.add_argument("--kv-bits", type=int, choices=QUANTIZED_CACHE_BITS, help="quantize the KV cache to this many "
+                        "bits (full-attention layers; mx.quantize's affine layout, as mlx-lm's --kv-bits)")
+    export.add_argument("--kv-group-size", type=_positive, default=64, help="values of a head per KV-cache "
+                        "quantization group: 32, 64 or 128 (default 64)")
     export.add_argument("--sample-on-device", action="store_true", help="also write a `sample` method that draws "
                         "the next token inside the MLX delegate (generate and chat use it when sampling)")
     export.set_defaults(handler=_export_llm)
@@ -82,11 +87,13 @@ def _export_llm(args) -> int:
 
     _require_transformers("export-llm")
     result = export_llm(args.model, args.output, args.max_context, args.max_seq_len, args.quantize, args.group_size,
-                        args.dtype, args.sample_on_device, progress=_progress)
+                        args.dtype, args.sample_on_device, args.kv_bits, args.kv_group_size, progress=_progress)
     print(f"wrote {result.path} ({result.size_bytes} bytes); {result.report.summary()}")
     if args.quantize:
         print(f"quantized to {args.quantize}: {len(result.quantized)} layer(s)")
     print_formats(result.formats)
+    if args.kv_bits:
+        print(f"KV cache quantized to {args.kv_bits} bits, groups of {args.kv_group_size}")
     for tensor, reason in result.declined.items():
         print(f"{tensor}: {reason}")
     if result.tokenizer_files:

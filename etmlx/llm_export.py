@@ -17,7 +17,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 
 def export_llm(model_dir, output, max_context=None, max_seq_len: int = 128, quantize=None, group_size=64,
-               dtype: str = "float32", sample_on_device: bool = False, progress=None):
+               dtype: str = "float32", sample_on_device: bool = False, kv_bits=None, kv_group_size: int = 64,
+               progress=None):
     """Exports the causal LM in ``model_dir`` (a checkpoint folder, a Hugging Face Hub id,
     ``checkpoint_folder``, or a ``.gguf`` file, its quantized weights kept as they are:
     ``gguf_model``) to ``output``; returns the ExportResult, whose ``quantized`` names
@@ -27,7 +28,8 @@ def export_llm(model_dir, output, max_context=None, max_seq_len: int = 128, quan
     ``max_position_embeddings``, at most 2048); ``max_seq_len``: the most tokens one call
     takes (longer prompts are prefilled in chunks); ``quantize``: a width ("int4") or a
     recipe ("mixed_4_6"), as ``etmlx.export`` takes them, per ``group_size``; ``dtype``:
-    of the weights and activations; ``sample_on_device``: also a ``sample`` method (``causal_lm.export_methods``).
+    of the weights and activations; ``sample_on_device``: also a ``sample`` method; ``kv_bits``
+    (4 or 8): a quantized KV cache, in groups of ``kv_group_size`` (``causal_lm.export_methods``).
     ``progress(stage, seconds)`` is told of each stage as it ends."""
     import torch
 
@@ -60,7 +62,8 @@ def export_llm(model_dir, output, max_context=None, max_seq_len: int = 128, quan
         formats = formats_of(model, quantized)
     report("load", time.perf_counter() - started)
     started = time.perf_counter()
-    methods = causal_lm.export_methods(model, min(max_seq_len, capacity), capacity, sample_on_device=sample_on_device)
+    methods = causal_lm.export_methods(model, min(max_seq_len, capacity), capacity, sample_on_device=sample_on_device,
+                                       kv_bits=kv_bits, kv_group_size=kv_group_size)
     report("trace", time.perf_counter() - started)
     started = time.perf_counter()
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)

@@ -13,6 +13,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from .errors import ExportError
+from .quantized_cache import quantize_layers
 from .sliding_cache import Rings
 
 ATTENTION = "etmlx_windowed_sdpa"
@@ -22,9 +23,11 @@ class WindowedCausalLM(torch.nn.Module):
     """``forward(tokens [1, n], cache_position [n]) -> logits [1, vocab]`` of the last
     position: ExecuTorch's LLM-runner convention. The cache buffers are transformers' own
     (``TorchExportableModuleWithStaticCache``), so they carry the same names as in its
-    export."""
+    export; ``kv_bits``: its full-attention layers' caches quantized to that many bits in
+    groups of ``kv_group_size`` (``etmlx.quantized_cache``)."""
 
-    def __init__(self, model, max_cache_len=None, window_step: int = 256, max_seq_len: int = 128):
+    def __init__(self, model, max_cache_len=None, window_step: int = 256, max_seq_len: int = 128,
+                 kv_bits=None, kv_group_size: int = 64):
         super().__init__()
         self.cached = TorchExportableModuleWithStaticCache(model, max_cache_len=max_cache_len)
         self.capacity = self.cached.static_cache.get_max_length()
@@ -38,6 +41,8 @@ class WindowedCausalLM(torch.nn.Module):
             self.cached.register_buffer(f"cumulative_length_{i}", layer.cumulative_length, persistent=False)
         if self.rings:  # where the last call ended
             self.register_buffer("ring_end", torch.zeros((), dtype=torch.long), persistent=False)
+        self.quantized = quantize_layers(self.cached, self.cached.static_cache, kv_bits, kv_group_size,
+                                         skip=self.rings.layers)
 
     def window(self, last_position):
         """The cache slots attention reads when ``last_position`` is the last written: the
@@ -61,14 +66,14 @@ class WindowedCausalLM(torch.nn.Module):
         takes_keep = "logits_to_keep" in inspect.signature(self.cached.model.forward).parameters
         last_only = {"logits_to_keep": 1} if takes_keep else {}
         # for windowed_sdpa: not every family passes its call's kwargs on to attention
-        _TRACING.window, _TRACING.rings = window, self.rings
+        _TRACING.window, _TRACING.rings, _TRACING.quantized = window, self.rings, self.quantized
         try:
             outputs = self.cached.model(
                 input_ids=tokens, attention_mask=None, past_key_values=self.cached.static_cache, use_cache=True,
                 **last_only,
             )
         finally:  # no traced value may outlive the call: torch.export would make it an output
-            _TRACING.window = _TRACING.rings = None
+            _TRACING.window = _TRACING.rings = _TRACING.quantized = None
             self.rings.forget(self.cached.static_cache)
         return outputs.logits[:, -1, :]
 
@@ -96,11 +101,12 @@ class SampledCausalLM(WindowedCausalLM):
 
 
 class _Tracing:
-    """The window of the ``WindowedCausalLM`` call being traced (a SymInt) and its
-    sliding layers' ``Rings``, else None."""
+    """The window of the ``WindowedCausalLM`` call being traced (a SymInt), its sliding
+    layers' ``Rings`` and its quantized layers (``{index: QuantizedLayer}``), else None."""
 
     window = None
     rings = None
+    quantized = None
 
 
 _TRACING = _Tracing()
@@ -113,8 +119,13 @@ def windowed_sdpa(module, query, key, value, attention_mask, **kwargs):
         raise ExportError("etmlx's windowed attention runs only inside etmlx.causal_lm.export_methods")
     if attention_mask is None:
         raise ExportError("windowed attention needs the causal mask over the cache, and the model passed none")
-    rings = _TRACING.rings
-    if getattr(module, "layer_idx", None) in rings.layers:  # keys and values: the ring, then the call's own
+    rings, layer = _TRACING.rings, getattr(module, "layer_idx", None)
+    if layer in _TRACING.quantized:
+        return _quantized(module, query, _TRACING.quantized[layer], attention_mask, etmlx_window, **kwargs)
+    if key.dtype == torch.int32:
+        raise ExportError(f"{type(module).__name__} names no layer_idx, so etmlx cannot tell which quantized cache "
+                          "its attention reads; export it without kv_bits")
+    if layer in rings.layers:  # keys and values: the ring, then the call's own
         mask = rings.current.mask  # a copy of it marks the graph as windowed (attends_through_window)
         attention_mask = torch.ops.aten.slice_copy.Tensor(mask, -1, 0, mask.shape[-1])
     else:
@@ -124,6 +135,18 @@ def windowed_sdpa(module, query, key, value, attention_mask, **kwargs):
     if kwargs.get("softcap") is not None:
         return _softcapped(module, query, key, value, attention_mask, **kwargs)
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+def _quantized(module, query, layer, attention_mask, window, dropout=0.0, scaling=None, **kwargs):
+    """Attention over a quantized cache (``QuantizedLayer.attention``); a variant it does
+    not compute is refused by name."""
+    other = sorted(name for name in ("softcap", "s_aux") if kwargs.get(name) is not None)
+    if other or dropout:
+        raise ExportError(f"{type(module).__name__}'s attention takes {', '.join(other) or 'dropout'}, which etmlx's "
+                          "quantized cache does not compute; export it without kv_bits")
+    mask = torch.ops.aten.slice_copy.Tensor(attention_mask, -1, 0, window)
+    scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+    return layer.attention(query, mask, window, scaling), None
 
 
 def _softcapped(module, query, key, value, attention_mask, **kwargs):
@@ -139,12 +162,19 @@ def _softcapped(module, query, key, value, attention_mask, **kwargs):
     return eager(module, query, key, value, attention_mask, **kwargs)
 
 
+def _sdpa_mask_over_the_cache(*args, **kwargs):
+    """transformers' SDPA mask, always made: run eagerly (the quantized cache's reference),
+    it would skip a mask it deems plainly causal, but the window holds slots past the
+    last position; traced, it never skips."""
+    return sdpa_mask(*args, **{**kwargs, "allow_is_causal_skip": False})
+
+
 @contextlib.contextmanager
 def windowed_attention(model):
     """Routes ``model``'s attention (and the mask it builds) through ``windowed_sdpa``
     while tracing; the model's own attention setting is restored after."""
     AttentionInterface.register(ATTENTION, windowed_sdpa)
-    AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+    AttentionMaskInterface.register(ATTENTION, _sdpa_mask_over_the_cache)
     config = model.config
     before = config._attn_implementation
     config._attn_implementation = ATTENTION

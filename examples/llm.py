@@ -64,6 +64,17 @@ def export_methods(model, max_seq_len: int = 32, **options) -> dict:
     return causal_lm.export_methods(model, max_seq_len, **options)
 
 
+def stepwise_logits(model, tokens: list, **cache) -> torch.Tensor:
+    """``[len(tokens), vocab]``: the logits the exported ``forward`` computes at each
+    position, one call a position, in eager PyTorch; ``cache``: ``kv_bits`` and
+    ``kv_group_size`` of ``export_methods``, so the quantized cache's own reference."""
+    from etmlx.windowed_cache import WindowedCausalLM, windowed_attention
+
+    module = WindowedCausalLM(model, **cache)
+    with windowed_attention(model), torch.no_grad():
+        return torch.cat([module(torch.tensor([[token]]), torch.tensor([i])) for i, token in enumerate(tokens)])
+
+
 def export_whole_cache_methods(model, max_seq_len: int = 32) -> dict:
     """``forward`` as transformers' own export wrapper writes it, attending over the whole
     cache at every step: ``(input_ids, cache_position) -> logits [1, n, vocab]``."""

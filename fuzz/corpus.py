@@ -132,6 +132,10 @@ def _factories():
     language_model = llm.tiny_llama(hidden=32, layers=1, max_cache=32)
     yield "growing_kv_cache", llm.export_methods(language_model, 4, window_step=8), (
         torch.tensor([[1, 2, 3]]), torch.arange(3)), None
+    # its cache quantized to 4 bits (Quantize, QuantizedMatmul over int32 words): heads of 32
+    yield "quantized_kv_cache", llm.export_methods(llm.tiny_llama(hidden=128, layers=1, max_cache=32), 4,
+                                                   window_step=8, kv_bits=4, kv_group_size=32), (
+        torch.tensor([[1, 2, 3]]), torch.arange(3)), None
 
 
 def build(directory: pathlib.Path) -> list:

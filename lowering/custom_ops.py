@@ -130,3 +130,65 @@ def quantized_stack_take(
 @quantized_stack_take.register_fake
 def _(qdata, scale, zero_point, indices, group_size, bits):
     return scale.new_empty((*indices.shape, *qdata.shape[1:]))
+
+
+def _pack_factor(bits: int) -> int:
+    return 32 // bits
+
+
+@torch.library.custom_op("etmlx::quantize", mutates_args=())
+def quantize(x: torch.Tensor, group_size: int, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``mx.quantize(x, group_size, bits)`` in MLX's affine mode along the last axis, as
+    MLX's CPU kernel computes it (float32 arithmetic, round half to even): (the packed
+    words as int32, the same bits as MLX's uint32; scales; biases, in ``x``'s dtype).
+    ``bits`` 4 or 8: whole values a word. What a quantized KV cache writes
+    (``etmlx/quantized_cache.py``)."""
+    groups = x.float().unflatten(-1, (-1, group_size))
+    high, low = groups.amax(-1, keepdim=True), groups.amin(-1, keepdim=True)
+    bins = float(2**bits - 1)
+    below = low.abs() > high.abs()  # the edge the grid is anchored on: the value farther from 0
+    scales = torch.clamp_min((high - low) / bins, 1e-7)
+    scales = torch.where(below, scales, -scales)
+    edge = torch.where(below, low, high)
+    steps = torch.round(edge / scales)
+    scales = torch.where(steps != 0, edge / steps, scales)
+    biases = torch.where(steps != 0, edge, 0.0)
+    values = torch.clamp(torch.round((groups - biases) / scales), 0, bins).to(torch.int64).flatten(-2)
+    shifts = torch.arange(_pack_factor(bits), dtype=torch.int64) * bits
+    words = (values.unflatten(-1, (-1, _pack_factor(bits))) << shifts).sum(-1)
+    words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+    return words, scales.squeeze(-1).to(x.dtype), biases.squeeze(-1).to(x.dtype)
+
+
+@quantize.register_fake
+def _(x, group_size, bits):
+    groups = (*x.shape[:-1], x.shape[-1] // group_size)
+    return (x.new_empty((*x.shape[:-1], x.shape[-1] // _pack_factor(bits)), dtype=torch.int32),
+            x.new_empty(groups), x.new_empty(groups))
+
+
+def dequantized(words, scales, biases, group_size: int, bits: int) -> torch.Tensor:
+    """What ``etmlx::quantize`` packed, as values again: ``scales * q + biases``."""
+    shifts = torch.arange(_pack_factor(bits), dtype=torch.int64) * bits
+    values = ((words.to(torch.int64) & 0xFFFFFFFF).unsqueeze(-1) >> shifts) & (2**bits - 1)
+    groups = values.flatten(-2).unflatten(-1, (-1, group_size)).to(scales.dtype)
+    return (groups * scales.unsqueeze(-1) + biases.unsqueeze(-1)).flatten(-2)
+
+
+@torch.library.custom_op("etmlx::quantized_matmul", mutates_args=())
+def quantized_matmul(
+    x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor, transpose: bool,
+    group_size: int, bits: int,
+) -> torch.Tensor:
+    """``x @ w^T`` (``transpose``) or ``x @ w``, ``w`` packed by ``etmlx::quantize``, batch
+    dims broadcast (``mx.quantized_matmul``): attention over a quantized KV cache. As
+    MLX's kernel, it dequantizes and accumulates in float32, whatever ``x``'s dtype."""
+    w = dequantized(words, scales.float(), biases.float(), group_size, bits)  # MLX's kernel: in float32
+    return torch.matmul(x.float(), w.transpose(-1, -2) if transpose else w).to(x.dtype)
+
+
+@quantized_matmul.register_fake
+def _(x, words, scales, biases, transpose, group_size, bits):
+    columns = words.shape[-2] if transpose else words.shape[-1] * _pack_factor(bits)
+    batch = torch.broadcast_shapes(x.shape[:-2], words.shape[:-2])
+    return x.new_empty((*batch, x.shape[-2], columns))

@@ -9,7 +9,8 @@ Atan2, and Sort. 4: Rope (rotary embeddings fused into mx.fast.rope), IndexPut's
 (mixture-of-experts matmuls). 6: AllSum (tensor parallelism across processes).
 7: quantized weights of 3, 5 and 6 bits. 8: the float quantization modes (mxfp4, mxfp8,
 nvfp4) of QuantizedMatmul and Dequantize, which have no biases. 9: buffers that grow
-along an axis (KV caches whose memory follows the tokens held).
+along an axis (KV caches whose memory follows the tokens held). 10: Quantize and
+QuantizedMatmul's ``transpose`` (quantized KV caches).
 """
 
 # The id ExecuTorch files payloads of this format under: the AOT backend's class name
@@ -17,7 +18,7 @@ along an axis (KV caches whose memory follows the tokens held).
 BACKEND_ID = "EtMlxBackend"
 PAYLOAD_MAGIC = b"EMLX"
 # The payload format this etmlx writes; both readers refuse a newer one by name.
-FORMAT_VERSION = 9
+FORMAT_VERSION = 10
 # Slot counts past this are refused before a runtime allocates per-slot storage.
 MAX_SLOTS = 1 << 24
 # ETMLX_MAX_ARRAY_BYTES's default: the largest array one MLX node may make.
@@ -25,6 +26,8 @@ DEFAULT_MAX_ARRAY_BYTES = 16 << 30
 # The widths and group sizes of quantized weights both runtimes take: what mx.quantize packs.
 QUANTIZED_BITS = (2, 3, 4, 5, 6, 8)
 QUANTIZED_GROUP_SIZES = (32, 64, 128)
+# The widths of a quantized KV cache (Quantize): whole values a byte or a word.
+QUANTIZED_CACHE_BITS = (4, 8)
 # The float modes' (QuantMode 1, 2, 3) one width and group size each: MLX's.
 QUANTIZED_FLOAT_BITS = (4, 8, 4)
 QUANTIZED_FLOAT_GROUP_SIZES = (32, 32, 16)

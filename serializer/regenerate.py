@@ -160,7 +160,8 @@ def generate_cpp_constants(out_dir: pathlib.Path) -> None:
                for name, values in (("kQuantizedBits", c.QUANTIZED_BITS),
                                     ("kQuantizedGroupSizes", c.QUANTIZED_GROUP_SIZES),
                                     ("kQuantizedFloatBits", c.QUANTIZED_FLOAT_BITS),
-                                    ("kQuantizedFloatGroupSizes", c.QUANTIZED_FLOAT_GROUP_SIZES))),
+                                    ("kQuantizedFloatGroupSizes", c.QUANTIZED_FLOAT_GROUP_SIZES),
+                                    ("kQuantizedCacheBits", c.QUANTIZED_CACHE_BITS))),
              "", "// The last error's kind, through the C interface (c_api.cpp).",
              f"enum class ErrorKind : int {{ {kinds} }};", "", "}  // namespace etmlx::native"]
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ from . import (  # noqa: F401
     matmul,
     normalization,
     quantized,
+    quantized_cache,
     reduction,
     sampling,
     scan,

@@ -101,6 +101,9 @@ struct CheckIndexBuilder;
 struct QuantizedMatmul;
 struct QuantizedMatmulBuilder;
 
+struct Quantize;
+struct QuantizeBuilder;
+
 struct Dequantize;
 struct DequantizeBuilder;
 
@@ -230,6 +233,8 @@ inline const ::flatbuffers::TypeTable *IndexPutTypeTable();
 inline const ::flatbuffers::TypeTable *CheckIndexTypeTable();
 
 inline const ::flatbuffers::TypeTable *QuantizedMatmulTypeTable();
+
+inline const ::flatbuffers::TypeTable *QuantizeTypeTable();
 
 inline const ::flatbuffers::TypeTable *DequantizeTypeTable();
 
@@ -627,6 +632,39 @@ inline const char *EnumNameQuantMode(QuantMode e) {
   return EnumNamesQuantMode()[index];
 }
 
+enum class QuantizedPart : int8_t {
+  Words = 0,
+  Scales = 1,
+  Biases = 2,
+  MIN = Words,
+  MAX = Biases
+};
+
+inline const QuantizedPart (&EnumValuesQuantizedPart())[3] {
+  static const QuantizedPart values[] = {
+    QuantizedPart::Words,
+    QuantizedPart::Scales,
+    QuantizedPart::Biases
+  };
+  return values;
+}
+
+inline const char * const *EnumNamesQuantizedPart() {
+  static const char * const names[4] = {
+    "Words",
+    "Scales",
+    "Biases",
+    nullptr
+  };
+  return names;
+}
+
+inline const char *EnumNameQuantizedPart(QuantizedPart e) {
+  if (::flatbuffers::IsOutRange(e, QuantizedPart::Words, QuantizedPart::Biases)) return "";
+  const size_t index = static_cast<size_t>(e);
+  return EnumNamesQuantizedPart()[index];
+}
+
 enum class ReduceOp : int8_t {
   Sum = 0,
   Mean = 1,
@@ -846,11 +884,12 @@ enum class Op : uint8_t {
   GatherMm = 44,
   GatherQmm = 45,
   AllSum = 46,
+  Quantize = 47,
   MIN = NONE,
-  MAX = AllSum
+  MAX = Quantize
 };
 
-inline const Op (&EnumValuesOp())[47] {
+inline const Op (&EnumValuesOp())[48] {
   static const Op values[] = {
     Op::NONE,
     Op::Unary,
@@ -898,13 +937,14 @@ inline const Op (&EnumValuesOp())[47] {
     Op::ArgSort,
     Op::GatherMm,
     Op::GatherQmm,
-    Op::AllSum
+    Op::AllSum,
+    Op::Quantize
   };
   return values;
 }
 
 inline const char * const *EnumNamesOp() {
-  static const char * const names[48] = {
+  static const char * const names[49] = {
     "NONE",
     "Unary",
     "Binary",
@@ -952,13 +992,14 @@ inline const char * const *EnumNamesOp() {
     "GatherMm",
     "GatherQmm",
     "AllSum",
+    "Quantize",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameOp(Op e) {
-  if (::flatbuffers::IsOutRange(e, Op::NONE, Op::AllSum)) return "";
+  if (::flatbuffers::IsOutRange(e, Op::NONE, Op::Quantize)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesOp()[index];
 }
@@ -1149,6 +1190,10 @@ template<> struct OpTraits<etmlx_ir::GatherQmm> {
 
 template<> struct OpTraits<etmlx_ir::AllSum> {
   static const Op enum_value = Op::AllSum;
+};
+
+template<> struct OpTraits<etmlx_ir::Quantize> {
+  static const Op enum_value = Op::Quantize;
 };
 
 template <bool B = false>
@@ -3383,7 +3428,8 @@ struct QuantizedMatmul FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
     VT_BITS = 14,
     VT_OUT = 16,
     VT_HAS_BIASES = 18,
-    VT_MODE = 20
+    VT_MODE = 20,
+    VT_TRANSPOSE = 22
   };
   const etmlx_ir::Tid *x() const {
     return GetStruct<const etmlx_ir::Tid *>(VT_X);
@@ -3412,6 +3458,9 @@ struct QuantizedMatmul FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   etmlx_ir::QuantMode mode() const {
     return static_cast<etmlx_ir::QuantMode>(GetField<int8_t>(VT_MODE, 0));
   }
+  bool transpose() const {
+    return GetField<uint8_t>(VT_TRANSPOSE, 1) != 0;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -3424,6 +3473,7 @@ struct QuantizedMatmul FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
            VerifyField<etmlx_ir::Tid>(verifier, VT_OUT, 4) &&
            VerifyField<uint8_t>(verifier, VT_HAS_BIASES, 1) &&
            VerifyField<int8_t>(verifier, VT_MODE, 1) &&
+           VerifyField<uint8_t>(verifier, VT_TRANSPOSE, 1) &&
            verifier.EndTable();
   }
 };
@@ -3459,6 +3509,9 @@ struct QuantizedMatmulBuilder {
   void add_mode(etmlx_ir::QuantMode mode) {
     fbb_.AddElement<int8_t>(QuantizedMatmul::VT_MODE, static_cast<int8_t>(mode), 0);
   }
+  void add_transpose(bool transpose) {
+    fbb_.AddElement<uint8_t>(QuantizedMatmul::VT_TRANSPOSE, static_cast<uint8_t>(transpose), 1);
+  }
   explicit QuantizedMatmulBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
         : fbb_(_fbb) {
     start_ = fbb_.StartTable();
@@ -3480,7 +3533,8 @@ inline ::flatbuffers::Offset<QuantizedMatmul> CreateQuantizedMatmul(
     int32_t bits = 0,
     const etmlx_ir::Tid *out = nullptr,
     bool has_biases = true,
-    etmlx_ir::QuantMode mode = etmlx_ir::QuantMode::Affine) {
+    etmlx_ir::QuantMode mode = etmlx_ir::QuantMode::Affine,
+    bool transpose = true) {
   QuantizedMatmulBuilder builder_(_fbb);
   builder_.add_out(out);
   builder_.add_bits(bits);
@@ -3489,8 +3543,94 @@ inline ::flatbuffers::Offset<QuantizedMatmul> CreateQuantizedMatmul(
   builder_.add_scales(scales);
   builder_.add_w(w);
   builder_.add_x(x);
+  builder_.add_transpose(transpose);
   builder_.add_mode(mode);
   builder_.add_has_biases(has_biases);
+  return builder_.Finish();
+}
+
+struct Quantize FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef QuantizeBuilder Builder;
+  static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
+    return QuantizeTypeTable();
+  }
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_X = 4,
+    VT_GROUP_SIZE = 6,
+    VT_BITS = 8,
+    VT_PART = 10,
+    VT_OUT = 12
+  };
+  const etmlx_ir::Tid *x() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_X);
+  }
+  int32_t group_size() const {
+    return GetField<int32_t>(VT_GROUP_SIZE, 0);
+  }
+  int32_t bits() const {
+    return GetField<int32_t>(VT_BITS, 0);
+  }
+  etmlx_ir::QuantizedPart part() const {
+    return static_cast<etmlx_ir::QuantizedPart>(GetField<int8_t>(VT_PART, 0));
+  }
+  const etmlx_ir::Tid *out() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_OUT);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_X, 4) &&
+           VerifyField<int32_t>(verifier, VT_GROUP_SIZE, 4) &&
+           VerifyField<int32_t>(verifier, VT_BITS, 4) &&
+           VerifyField<int8_t>(verifier, VT_PART, 1) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_OUT, 4) &&
+           verifier.EndTable();
+  }
+};
+
+struct QuantizeBuilder {
+  typedef Quantize Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_x(const etmlx_ir::Tid *x) {
+    fbb_.AddStruct(Quantize::VT_X, x);
+  }
+  void add_group_size(int32_t group_size) {
+    fbb_.AddElement<int32_t>(Quantize::VT_GROUP_SIZE, group_size, 0);
+  }
+  void add_bits(int32_t bits) {
+    fbb_.AddElement<int32_t>(Quantize::VT_BITS, bits, 0);
+  }
+  void add_part(etmlx_ir::QuantizedPart part) {
+    fbb_.AddElement<int8_t>(Quantize::VT_PART, static_cast<int8_t>(part), 0);
+  }
+  void add_out(const etmlx_ir::Tid *out) {
+    fbb_.AddStruct(Quantize::VT_OUT, out);
+  }
+  explicit QuantizeBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<Quantize> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<Quantize>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<Quantize> CreateQuantize(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const etmlx_ir::Tid *x = nullptr,
+    int32_t group_size = 0,
+    int32_t bits = 0,
+    etmlx_ir::QuantizedPart part = etmlx_ir::QuantizedPart::Words,
+    const etmlx_ir::Tid *out = nullptr) {
+  QuantizeBuilder builder_(_fbb);
+  builder_.add_out(out);
+  builder_.add_bits(bits);
+  builder_.add_group_size(group_size);
+  builder_.add_x(x);
+  builder_.add_part(part);
   return builder_.Finish();
 }
 
@@ -5437,6 +5577,9 @@ struct Node FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const etmlx_ir::AllSum *op_as_AllSum() const {
     return op_type() == etmlx_ir::Op::AllSum ? static_cast<const etmlx_ir::AllSum *>(op()) : nullptr;
   }
+  const etmlx_ir::Quantize *op_as_Quantize() const {
+    return op_type() == etmlx_ir::Op::Quantize ? static_cast<const etmlx_ir::Quantize *>(op()) : nullptr;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -5629,6 +5772,10 @@ template<> inline const etmlx_ir::GatherQmm *Node::op_as<etmlx_ir::GatherQmm>() 
 
 template<> inline const etmlx_ir::AllSum *Node::op_as<etmlx_ir::AllSum>() const {
   return op_as_AllSum();
+}
+
+template<> inline const etmlx_ir::Quantize *Node::op_as<etmlx_ir::Quantize>() const {
+  return op_as_Quantize();
 }
 
 struct NodeBuilder {
@@ -6256,6 +6403,10 @@ inline bool VerifyOp(::flatbuffers::VerifierTemplate<B> &verifier, const void *o
       auto ptr = reinterpret_cast<const etmlx_ir::AllSum *>(obj);
       return verifier.VerifyTable(ptr);
     }
+    case Op::Quantize: {
+      auto ptr = reinterpret_cast<const etmlx_ir::Quantize *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
     default: return true;
   }
 }
@@ -6495,6 +6646,26 @@ inline const ::flatbuffers::TypeTable *QuantModeTypeTable() {
   return &tt;
 }
 
+inline const ::flatbuffers::TypeTable *QuantizedPartTypeTable() {
+  static const ::flatbuffers::TypeCode type_codes[] = {
+    { ::flatbuffers::ET_CHAR, 0, 0 },
+    { ::flatbuffers::ET_CHAR, 0, 0 },
+    { ::flatbuffers::ET_CHAR, 0, 0 }
+  };
+  static const ::flatbuffers::TypeFunction type_refs[] = {
+    etmlx_ir::QuantizedPartTypeTable
+  };
+  static const char * const names[] = {
+    "Words",
+    "Scales",
+    "Biases"
+  };
+  static const ::flatbuffers::TypeTable tt = {
+    ::flatbuffers::ST_ENUM, 3, type_codes, type_refs, nullptr, nullptr, names
+  };
+  return &tt;
+}
+
 inline const ::flatbuffers::TypeTable *ReduceOpTypeTable() {
   static const ::flatbuffers::TypeCode type_codes[] = {
     { ::flatbuffers::ET_CHAR, 0, 0 },
@@ -6647,7 +6818,8 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     { ::flatbuffers::ET_SEQUENCE, 0, 42 },
     { ::flatbuffers::ET_SEQUENCE, 0, 43 },
     { ::flatbuffers::ET_SEQUENCE, 0, 44 },
-    { ::flatbuffers::ET_SEQUENCE, 0, 45 }
+    { ::flatbuffers::ET_SEQUENCE, 0, 45 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 46 }
   };
   static const ::flatbuffers::TypeFunction type_refs[] = {
     etmlx_ir::UnaryTypeTable,
@@ -6695,7 +6867,8 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     etmlx_ir::ArgSortTypeTable,
     etmlx_ir::GatherMmTypeTable,
     etmlx_ir::GatherQmmTypeTable,
-    etmlx_ir::AllSumTypeTable
+    etmlx_ir::AllSumTypeTable,
+    etmlx_ir::QuantizeTypeTable
   };
   static const char * const names[] = {
     "NONE",
@@ -6744,10 +6917,11 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     "ArgSort",
     "GatherMm",
     "GatherQmm",
-    "AllSum"
+    "AllSum",
+    "Quantize"
   };
   static const ::flatbuffers::TypeTable tt = {
-    ::flatbuffers::ST_UNION, 47, type_codes, type_refs, nullptr, nullptr, names
+    ::flatbuffers::ST_UNION, 48, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }
@@ -7391,7 +7565,8 @@ inline const ::flatbuffers::TypeTable *QuantizedMatmulTypeTable() {
     { ::flatbuffers::ET_INT, 0, -1 },
     { ::flatbuffers::ET_SEQUENCE, 0, 0 },
     { ::flatbuffers::ET_BOOL, 0, -1 },
-    { ::flatbuffers::ET_CHAR, 0, 1 }
+    { ::flatbuffers::ET_CHAR, 0, 1 },
+    { ::flatbuffers::ET_BOOL, 0, -1 }
   };
   static const ::flatbuffers::TypeFunction type_refs[] = {
     etmlx_ir::TidTypeTable,
@@ -7406,10 +7581,36 @@ inline const ::flatbuffers::TypeTable *QuantizedMatmulTypeTable() {
     "bits",
     "out",
     "has_biases",
-    "mode"
+    "mode",
+    "transpose"
   };
   static const ::flatbuffers::TypeTable tt = {
-    ::flatbuffers::ST_TABLE, 9, type_codes, type_refs, nullptr, nullptr, names
+    ::flatbuffers::ST_TABLE, 10, type_codes, type_refs, nullptr, nullptr, names
+  };
+  return &tt;
+}
+
+inline const ::flatbuffers::TypeTable *QuantizeTypeTable() {
+  static const ::flatbuffers::TypeCode type_codes[] = {
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_INT, 0, -1 },
+    { ::flatbuffers::ET_INT, 0, -1 },
+    { ::flatbuffers::ET_CHAR, 0, 1 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 }
+  };
+  static const ::flatbuffers::TypeFunction type_refs[] = {
+    etmlx_ir::TidTypeTable,
+    etmlx_ir::QuantizedPartTypeTable
+  };
+  static const char * const names[] = {
+    "x",
+    "group_size",
+    "bits",
+    "part",
+    "out"
+  };
+  static const ::flatbuffers::TypeTable tt = {
+    ::flatbuffers::ST_TABLE, 5, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }

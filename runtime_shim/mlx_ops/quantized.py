@@ -1,16 +1,19 @@
-"""Weight-only quantized kernels: QuantizedMatmul (a linear layer's weight), Dequantize
-(rows gathered from a quantized embedding) and GatherQmm (quantized experts), in MLX's
-affine mode or one of its float modes (mxfp4, mxfp8, nvfp4: no biases). MLX checks that
-the packed weights, scales and biases agree in shape and dtype; the parameters are
-checked here."""
+"""Quantized kernels: QuantizedMatmul (a linear layer's weight, or a quantized KV
+cache's keys and values), Dequantize (rows gathered from a quantized embedding) and
+GatherQmm (quantized experts), in MLX's affine mode or one of its float modes (mxfp4,
+mxfp8, nvfp4: no biases); Quantize (keys and values written to a quantized KV cache).
+MLX checks that the packed weights, scales and biases agree in shape and dtype; the
+parameters are checked here."""
 
 import mlx.core as mx
 
 from etmlx.serializer.constants import QUANTIZED_BITS as BITS
+from etmlx.serializer.constants import QUANTIZED_CACHE_BITS as CACHE_BITS
 from etmlx.serializer.constants import QUANTIZED_FLOAT_BITS as FLOAT_BITS
 from etmlx.serializer.constants import QUANTIZED_FLOAT_GROUP_SIZES as FLOAT_GROUP_SIZES
 from etmlx.serializer.constants import QUANTIZED_GROUP_SIZES as GROUP_SIZES
 from etmlx.serializer.generated.etmlx_ir.QuantMode import QuantMode
+from etmlx.serializer.generated.etmlx_ir.QuantizedPart import QuantizedPart
 from etmlx.serializer.ir import QUANT_MODE_NAMES as MODES
 
 from .matmul import clamped_expert_indices
@@ -34,10 +37,25 @@ def _biases(op, env):
     return env.t(op.biases) if getattr(op, "hasBiases", True) else None
 
 
+def _words(w):
+    """Packed words as MLX's kernels take them: uint32 (a cache holds them as int32)."""
+    return mx.view(w, mx.uint32) if w.dtype == mx.int32 else w
+
+
 def _quantized_matmul(op, env):
     parameters = _parameters(op)
-    return mx.quantized_matmul(env.t(op.x), env.t(op.w), env.t(op.scales), _biases(op, env), transpose=True,
-                               **parameters)
+    return mx.quantized_matmul(env.t(op.x), _words(env.t(op.w)), env.t(op.scales), _biases(op, env),
+                               transpose=op.transpose, **parameters)
+
+
+def _quantize(op, env):
+    if op.bits not in CACHE_BITS or op.groupSize not in GROUP_SIZES:
+        raise ValueError(f"a KV cache quantized to {op.bits} bits in groups of {op.groupSize} (etmlx writes bits "
+                         f"{', '.join(map(str, CACHE_BITS))} and groups of {', '.join(map(str, GROUP_SIZES))})")
+    if op.part not in (QuantizedPart.Words, QuantizedPart.Scales, QuantizedPart.Biases):
+        raise ValueError(f"quantized part {op.part} (etmlx writes 0 to 2)")
+    parts = mx.quantize(env.t(op.x), group_size=op.groupSize, bits=op.bits)
+    return mx.view(parts[0], mx.int32) if op.part == QuantizedPart.Words else parts[op.part]
 
 
 def _dequantize(op, env):
@@ -57,4 +75,6 @@ def _gather_qmm(op, env):
     )
 
 
-HANDLERS = {"QuantizedMatmul": _quantized_matmul, "Dequantize": _dequantize, "GatherQmm": _gather_qmm}
+HANDLERS = {
+    "QuantizedMatmul": _quantized_matmul, "Dequantize": _dequantize, "GatherQmm": _gather_qmm, "Quantize": _quantize,
+}

@@ -262,6 +262,8 @@ def _other(dtype):
     stack_dtype = dtype if dtype.is_floating_point else torch.float32
     experts = (torch.randint(-128, 128, (4, 8, 64), dtype=torch.int8), (torch.rand(4, 8, 2) * 0.1).to(stack_dtype),
                (torch.randn(4, 8, 2) * 0.1).to(stack_dtype))
+    # a quantized KV cache's packed rows (8 of 64 values, 8 bits in groups of 32), scales and biases in the dtype
+    cached = etmlx.quantize((torch.randn(8, 64) * 0.1).to(stack_dtype), 32, 8)
     return {
         "aten::_cdist_forward": lambda x, y, d: aten._cdist_forward(x[0], y[0], 2.0, None),
         "aten::_pdist_forward": lambda x, y, d: aten._pdist_forward(x[0, 0], 2.0),
@@ -290,6 +292,10 @@ def _other(dtype):
             *nvfp4_tensor, 16, x.dtype
         ),
         "etmlx::dequantize_mxfp4": lambda x, y, d: torch.ops.etmlx.dequantize_mxfp4(*mxfp4_tensor, x.dtype),
+        "etmlx::quantize": lambda x, y, d: etmlx.quantize(torch.cat([x.reshape(2, 60)] * 2, 1)[:, :64], 32, 8),
+        "etmlx::quantized_matmul": lambda x, y, d: etmlx.quantized_matmul(
+            torch.cat([x.reshape(2, 60)] * 2, 1)[:, :64], *cached, True, 32, 8
+        ),
         "mlx::gather_qmm": lambda x, y, d: torch.ops.mlx.gather_qmm(
             torch.cat([x.reshape(2, 60)] * 2, 1)[:, None, :64], *experts, _long(0, 3), group_size=32, bits=8
         ),

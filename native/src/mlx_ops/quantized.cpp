@@ -1,13 +1,15 @@
-// Weight-only quantized kernels: QuantizedMatmul (a linear layer's weight), Dequantize
-// (rows gathered from a quantized embedding) and GatherQmm (quantized experts), in MLX's
-// affine mode or one of its float modes (mxfp4, mxfp8, nvfp4: no biases). MLX checks that
-// the packed weights, scales and biases agree in shape and dtype; the parameters are
-// checked here.
+// Quantized kernels: QuantizedMatmul (a linear layer's weight, or a quantized KV cache's
+// keys and values), Dequantize (rows gathered from a quantized embedding) and GatherQmm
+// (quantized experts), in MLX's affine mode or one of its float modes (mxfp4, mxfp8,
+// nvfp4: no biases); Quantize (keys and values written to a quantized KV cache). MLX
+// checks that the packed weights, scales and biases agree in shape and dtype; the
+// parameters are checked here.
 #include <algorithm>
 #include <array>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <mlx/ops.h>
 
@@ -65,10 +67,28 @@ std::optional<mx::array> biases(const Table& op, Env& env) {
   return op.has_biases() ? std::optional<mx::array>(env.t(op.biases())) : std::nullopt;
 }
 
+// Packed words as MLX's kernels take them: uint32 (a KV cache holds them as int32).
+mx::array words(const mx::array& w) { return w.dtype() == mx::int32 ? mx::view(w, mx::uint32) : w; }
+
 mx::array quantized_matmul(const etmlx_ir::QuantizedMatmul& op, Env& env) {
   const auto [group_size, bits, mode] = checked(op.group_size(), op.bits(), op.mode(), op.has_biases());
-  return mx::quantized_matmul(env.t(op.x()), env.t(op.w()), env.t(op.scales()), biases(op, env),
-                              /*transpose=*/true, group_size, bits, mode);
+  return mx::quantized_matmul(env.t(op.x()), words(env.t(op.w())), env.t(op.scales()), biases(op, env),
+                              op.transpose(), group_size, bits, mode);
+}
+
+mx::array quantize(const etmlx_ir::Quantize& op, Env& env) {
+  if (std::ranges::find(kQuantizedCacheBits, op.bits()) == kQuantizedCacheBits.end() ||
+      std::ranges::find(kQuantizedGroupSizes, op.group_size()) == kQuantizedGroupSizes.end()) {
+    throw std::invalid_argument("a KV cache quantized to " + std::to_string(op.bits()) + " bits in groups of " +
+                                std::to_string(op.group_size()) + " (etmlx writes bits " + list(kQuantizedCacheBits) +
+                                " and groups of " + list(kQuantizedGroupSizes) + ")");
+  }
+  const auto part = static_cast<size_t>(op.part());
+  if (part > static_cast<size_t>(etmlx_ir::QuantizedPart::MAX)) {
+    throw std::invalid_argument("quantized part " + std::to_string(part) + " (etmlx writes 0 to 2)");
+  }
+  std::vector<mx::array> parts = mx::quantize(env.t(op.x()), op.group_size(), op.bits());
+  return part == 0 ? mx::view(parts[0], mx::int32) : parts[part];
 }
 
 mx::array dequantize(const etmlx_ir::Dequantize& op, Env& env) {
@@ -98,6 +118,7 @@ void register_quantized(Registry& r) {
   r.tensor<etmlx_ir::QuantizedMatmul, quantized_matmul>();
   r.tensor<etmlx_ir::Dequantize, dequantize>();
   r.tensor<etmlx_ir::GatherQmm, gather_qmm>();
+  r.tensor<etmlx_ir::Quantize, quantize>();
 }
 
 }  // namespace etmlx::native

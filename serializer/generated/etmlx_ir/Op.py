@@ -51,6 +51,7 @@ class Op(object):
     GatherMm = 44
     GatherQmm = 45
     AllSum = 46
+    Quantize = 47
 
 def OpCreator(unionType, table):
     from flatbuffers.table import Table
@@ -194,4 +195,7 @@ def OpCreator(unionType, table):
     if unionType == Op.AllSum:
         import etmlx.serializer.generated.etmlx_ir.AllSum
         return etmlx.serializer.generated.etmlx_ir.AllSum.AllSumT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op.Quantize:
+        import etmlx.serializer.generated.etmlx_ir.Quantize
+        return etmlx.serializer.generated.etmlx_ir.Quantize.QuantizeT.InitFromBuf(table.Bytes, table.Pos)
     return None

@@ -108,8 +108,15 @@ class QuantizedMatmul(object):
             return self._tab.Get(flatbuffers.number_types.Int8Flags, o + self._tab.Pos)
         return 0
 
+    # QuantizedMatmul
+    def Transpose(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return True
+
 def QuantizedMatmulStart(builder):
-    builder.StartObject(9)
+    builder.StartObject(10)
 
 def Start(builder):
     QuantizedMatmulStart(builder)
@@ -168,6 +175,12 @@ def QuantizedMatmulAddMode(builder, mode):
 def AddMode(builder, mode):
     QuantizedMatmulAddMode(builder, mode)
 
+def QuantizedMatmulAddTranspose(builder, transpose):
+    builder.PrependBoolSlot(9, transpose, 1)
+
+def AddTranspose(builder, transpose):
+    QuantizedMatmulAddTranspose(builder, transpose)
+
 def QuantizedMatmulEnd(builder):
     return builder.EndObject()
 
@@ -194,6 +207,7 @@ class QuantizedMatmulT(object):
         out = None,
         hasBiases = True,
         mode = 0,
+        transpose = True,
     ):
         self.x = x  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
         self.w = w  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
@@ -204,6 +218,7 @@ class QuantizedMatmulT(object):
         self.out = out  # type: Optional[etmlx.serializer.generated.etmlx_ir.Tid.TidT]
         self.hasBiases = hasBiases  # type: bool
         self.mode = mode  # type: int
+        self.transpose = transpose  # type: bool
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -240,6 +255,7 @@ class QuantizedMatmulT(object):
             self.out = etmlx.serializer.generated.etmlx_ir.Tid.TidT.InitFromObj(quantizedMatmul.Out())
         self.hasBiases = quantizedMatmul.HasBiases()
         self.mode = quantizedMatmul.Mode()
+        self.transpose = quantizedMatmul.Transpose()
 
     # QuantizedMatmulT
     def Pack(self, builder):
@@ -263,5 +279,6 @@ class QuantizedMatmulT(object):
             QuantizedMatmulAddOut(builder, out)
         QuantizedMatmulAddHasBiases(builder, self.hasBiases)
         QuantizedMatmulAddMode(builder, self.mode)
+        QuantizedMatmulAddTranspose(builder, self.transpose)
         quantizedMatmul = QuantizedMatmulEnd(builder)
         return quantizedMatmul
