@@ -26,6 +26,7 @@ The file is read once before the runs, so every process finds it in the page cac
     python bench/bench_load.py --pte model.pte      # a program of your own (TextLLMRunner
                                                     # too, for an LLM with a tokenizer.json beside it)
     python bench/bench_load.py --max-cache 32768 --held 40   # memory that follows the tokens held
+    python bench/bench_load.py --max-cache 32768 --held 4096 --kv-bits 8   # a quantized cache
 """
 
 import argparse
@@ -113,7 +114,7 @@ def run_child(runtime: str, path: str, first_call: bool = False, held: int = 0) 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _export(directory: str, quantize, hidden: int, layers: int, max_cache: int) -> str:
+def _export(directory: str, quantize, hidden: int, layers: int, max_cache: int, kv_bits=None) -> str:
     import llm
 
     import etmlx
@@ -124,7 +125,7 @@ def _export(directory: str, quantize, hidden: int, layers: int, max_cache: int) 
 
         model, _ = quantized_copy(model, quantize, 64, True)
     path = os.path.join(directory, f"llama-{quantize or 'fp32'}.pte")
-    etmlx.export_methods(llm.export_methods(model), path)
+    etmlx.export_methods(llm.export_methods(model, kv_bits=kv_bits), path)
     llm.train_tokenizer(model.config.vocab_size).backend_tokenizer.save(os.path.join(directory, "tokenizer.json"))
     return path
 
@@ -179,6 +180,8 @@ def main() -> None:
     parser.add_argument("--max-cache", type=int, default=2048)
     parser.add_argument("--repeats", type=int, default=3, help="processes per runtime; the fastest load is shown")
     parser.add_argument("--held", type=int, default=0, help="tokens to prefill after the load, then measure again")
+    parser.add_argument("--kv-bits", type=int, choices=(4, 8), help="the exported Llamas' KV cache quantized "
+                        "(groups of 64)")
     args = parser.parse_args()
     from etmlx.runtime_shim.blas import preload_openblas
 
@@ -189,8 +192,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         for quantize in (None, "int4"):
             start = time.perf_counter()
-            path = _export(directory, quantize, args.hidden, args.layers, args.max_cache)
-            label = f"Llama hidden {args.hidden}, {args.layers} layers, cache {args.max_cache}, {quantize or 'fp32'}"
+            path = _export(directory, quantize, args.hidden, args.layers, args.max_cache, args.kv_bits)
+            label = f"Llama hidden {args.hidden}, {args.layers} layers, cache {args.max_cache}" + (
+                f" at {args.kv_bits} bits" if args.kv_bits else "") + f", {quantize or 'fp32'}"
             built = f"built and exported in {time.perf_counter() - start:.1f} s"
             report(path, f"{label} ({built})", args.repeats, args.held)
 

@@ -67,7 +67,7 @@ class QuantizedLayer(StaticLayer):
             scores = scores + mask
         weights = torch.softmax(scores.float(), dim=-1).to(query.dtype)
         out = torch.ops.etmlx.quantized_matmul(weights, *values, False, self.group_size, self.bits)
-        return out.reshape(batch, heads, length, dim).transpose(1, 2).contiguous()
+        return out.reshape(batch, heads, length, out.shape[-1]).transpose(1, 2).contiguous()
 
 
 def _zero_parts(like: torch.Tensor, group_size: int, bits: int) -> tuple:

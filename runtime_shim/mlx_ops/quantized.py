@@ -42,10 +42,21 @@ def _words(w):
     return mx.view(w, mx.uint32) if w.dtype == mx.int32 else w
 
 
+# MLX's CPU quantized matmul is a scalar loop per row of x; from this many rows on (a
+# prefill chunk, attention over a quantized cache), dequantizing the weights once and
+# multiplying with BLAS is faster (docs/architecture.md, "MLX traps").
+CPU_DEQUANTIZED_ROWS = 4
+
+
 def _quantized_matmul(op, env):
     parameters = _parameters(op)
-    return mx.quantized_matmul(env.t(op.x), _words(env.t(op.w)), env.t(op.scales), _biases(op, env),
-                               transpose=op.transpose, **parameters)
+    x, w, scales, biases = env.t(op.x), _words(env.t(op.w)), env.t(op.scales), _biases(op, env)
+    if mx.default_device() == mx.cpu and x.ndim >= 2 and x.shape[-2] >= CPU_DEQUANTIZED_ROWS:
+        if parameters["mode"] == "affine":  # float16 scales of float32 weights (GGUF's): widened first, exactly
+            scales, biases = scales.astype(x.dtype), biases.astype(x.dtype)
+        dense = mx.dequantize(w, scales, biases, **parameters, dtype=x.dtype)
+        return mx.matmul(x, mx.swapaxes(dense, -1, -2) if op.transpose else dense)
+    return mx.quantized_matmul(x, w, scales, biases, transpose=op.transpose, **parameters)
 
 
 def _quantize(op, env):

@@ -70,10 +70,26 @@ std::optional<mx::array> biases(const Table& op, Env& env) {
 // Packed words as MLX's kernels take them: uint32 (a KV cache holds them as int32).
 mx::array words(const mx::array& w) { return w.dtype() == mx::int32 ? mx::view(w, mx::uint32) : w; }
 
+// MLX's CPU quantized matmul is a scalar loop per row of x; from this many rows on (a
+// prefill chunk, attention over a quantized cache), dequantizing the weights once and
+// multiplying with BLAS is faster (docs/architecture.md, "MLX traps").
+constexpr int kCpuDequantizedRows = 4;
+
 mx::array quantized_matmul(const etmlx_ir::QuantizedMatmul& op, Env& env) {
   const auto [group_size, bits, mode] = checked(op.group_size(), op.bits(), op.mode(), op.has_biases());
-  return mx::quantized_matmul(env.t(op.x()), words(env.t(op.w())), env.t(op.scales()), biases(op, env),
-                              op.transpose(), group_size, bits, mode);
+  const mx::array& x = env.t(op.x());
+  const mx::array w = words(env.t(op.w()));
+  mx::array scales = env.t(op.scales());
+  std::optional<mx::array> bias = biases(op, env);
+  if (mx::default_device() == mx::Device::cpu && x.ndim() >= 2 && x.shape(-2) >= kCpuDequantizedRows) {
+    if (op.mode() == etmlx_ir::QuantMode::Affine) {  // float16 scales of float32 weights (GGUF's): widened first
+      scales = mx::astype(scales, x.dtype());
+      bias = mx::astype(*bias, x.dtype());
+    }
+    const mx::array dense = mx::dequantize(w, scales, bias, group_size, bits, mode, std::nullopt, x.dtype());
+    return mx::matmul(x, op.transpose() ? mx::swapaxes(dense, -1, -2) : dense);
+  }
+  return mx::quantized_matmul(x, w, scales, bias, op.transpose(), group_size, bits, mode);
 }
 
 mx::array quantize(const etmlx_ir::Quantize& op, Env& env) {
