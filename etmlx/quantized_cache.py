@@ -16,6 +16,7 @@ import torch
 from transformers.cache_utils import StaticCache, StaticLayer
 
 from .errors import ExportError
+from .serializer.constants import QUANTIZED_GROUP_SIZES
 from .lowering import custom_ops  # noqa: F401  (registers torch.ops.etmlx)
 from .lowering.rules.quantized_cache import check_cache_quantization
 
@@ -92,9 +93,13 @@ def quantize_layers(module, static_cache: StaticCache, bits, group_size: int, sk
         if index in skip:
             continue
         for states in (layer.keys, layer.values):
-            if states.shape[-1] % group_size:
-                raise ExportError(f"kv_group_size={group_size}: layer {index}'s heads are {states.shape[-1]} wide, "
-                                  "not a multiple of it (try 32)")
+            width = states.shape[-1]
+            if width % group_size:
+                fitting = [str(g) for g in QUANTIZED_GROUP_SIZES if width % g == 0]
+                hint = f"try {' or '.join(fitting)}" if fitting else "MLX's groups of 32, 64 or 128 need heads of a " \
+                    "multiple of 32; export without kv_bits"
+                raise ExportError(f"kv_group_size={group_size}: layer {index}'s heads are {width} wide, not a "
+                                  f"multiple of it ({hint})")
         static_cache.layers[index] = layers[index] = QuantizedLayer(layer, group_size, bits)
         for kind, parts in (("key", layers[index].key_parts), ("value", layers[index].value_parts)):
             for part, tensor in zip(PARTS, parts):

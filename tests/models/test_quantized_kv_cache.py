@@ -14,6 +14,7 @@ from etmlx.errors import ExportError
 from etmlx.inspection import inspect_program
 from etmlx.lowering import custom_ops
 from examples import llm
+from windowing import assert_steps_match
 
 GROUP, STEP, CHUNK = 32, 8, 16
 TOKENS = [(7 * i + 3) % 128 for i in range(40)]
@@ -73,11 +74,7 @@ def test_logits_equal_the_quantized_eager_module_across_growth_steps(int8_export
     """A prefill chunk straddling a window boundary, then decode through four more."""
     path, expected = int8_export
     program = etmlx.load(path, runtime=runtime)
-    first = program.forward(torch.tensor([TOKENS[:13]]), torch.arange(13))
-    torch.testing.assert_close(torch.as_tensor(first)[0], expected[12], rtol=1e-4, atol=1e-5)
-    for position in range(13, len(TOKENS)):
-        logits = program.forward(torch.tensor([[TOKENS[position]]]), torch.tensor([position]))
-        torch.testing.assert_close(torch.as_tensor(logits)[0], expected[position], rtol=1e-4, atol=1e-5)
+    assert_steps_match(program, TOKENS, expected, prefill=13)
 
 
 def _relative_error(logits, reference) -> float:

@@ -1,4 +1,7 @@
-"""What the tests of ``etmlx.causal_lm`` read from a .pte: how attention reaches the cache."""
+"""What the tests of ``etmlx.causal_lm`` read from a .pte (how attention reaches the
+cache), and how they step one."""
+
+import torch
 
 from etmlx.runtime_shim.pte_file import read_pte
 from etmlx.serializer import deserialize, node_type
@@ -36,3 +39,13 @@ def window_slices(path, method: str = "forward") -> int:
     (plan,) = [p for p in pte.program.plans if p.name == method]
     graph = deserialize(pte.delegate_data(plan.delegates[0]))
     return sum(1 for node in graph.nodes if node_type(node) == "Slice" and node.op.stop.isSlot)
+
+
+def assert_steps_match(program, tokens: list, expected, prefill: int) -> None:
+    """``tokens[:prefill]`` in one call, then the rest one a call: the last position's
+    logits equal ``expected``'s row for it at every call."""
+    first = program.forward(torch.tensor([tokens[:prefill]]), torch.arange(prefill))
+    torch.testing.assert_close(torch.as_tensor(first)[0], expected[prefill - 1], rtol=1e-4, atol=1e-5)
+    for position in range(prefill, len(tokens)):
+        logits = program.forward(torch.tensor([[tokens[position]]]), torch.tensor([position]))
+        torch.testing.assert_close(torch.as_tensor(logits)[0], expected[position], rtol=1e-4, atol=1e-5)
