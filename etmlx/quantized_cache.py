@@ -31,13 +31,13 @@ class QuantizedLayer(StaticLayer):
 
     def __init__(self, like: StaticLayer, group_size: int, bits: int):
         super().__init__(max_cache_len=like.max_cache_len)
-        batch, heads, capacity, _ = like.keys.shape
         self.group_size, self.bits = group_size, bits
         self.key_parts = _zero_parts(like.keys, group_size, bits)
         self.value_parts = _zero_parts(like.values, group_size, bits)
         self.keys, self.values = self.key_parts[0], self.value_parts[0]
+        # what transformers reads of an initialized StaticLayer
         self.dtype, self.device = like.keys.dtype, like.keys.device
-        self.batch_size, self.num_heads = batch, heads
+        self.batch_size, self.num_heads = like.keys.shape[:2]
         self.is_initialized = True
 
     def update(self, key_states, value_states, *args, **kwargs):

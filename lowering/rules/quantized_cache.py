@@ -1,7 +1,9 @@
 """A quantized KV cache (``etmlx/quantized_cache.py``) on MLX's own kernels: the keys and
 values a call writes are quantized by ``mx.quantize`` (``Quantize``, one node per result
 used), and attention reads the cache through ``mx.quantized_matmul`` (scores against
-the keys transposed, then the weighted sum of the values), never dequantizing it whole.
+the keys transposed, then the weighted sum of the values), never dequantizing it whole
+in the graph (on the CPU the runtimes' handler dequantizes first for 4 queries or more,
+where MLX's CPU kernel is slow: ``runtime_shim/mlx_ops/quantized.py``).
 """
 
 from typing import Optional
