@@ -13,6 +13,7 @@ from executorch.exir.passes import dim_order_ops_registry  # noqa: F401  (regist
 from executorch.extension.llm.export import int4  # noqa: F401  (registers torchao::dequantize_int4_tensor)
 
 from delegate_ops import upstream_ops  # noqa: F401  (defines ExecuTorch's MLX delegate's mlx:: operators)
+from etmlx import mxfp4  # noqa: F401  (registers etmlx::dequantize_mxfp4)
 from etmlx.lowering import custom_ops  # noqa: F401  (registers etmlx:: operators)
 
 aten = torch.ops.aten

@@ -98,7 +98,7 @@ def test_every_rule_names_an_operator_that_exists():
     import executorch.exir.passes.dim_order_ops_registry  # noqa: F401  (registers torch.ops.dim_order_ops)
     import etmlx.lowering.custom_ops  # noqa: F401  (registers torch.ops.etmlx)
     import etmlx.lowering.rules  # noqa: F401
-    import etmlx.mxfp4  # noqa: F401  (registers torch.ops.etmlx.dequantize_mxfp4)
+    import dtype_samples  # noqa: F401  (defines the other operators the rules name: mlx::, torchao's int4, ...)
     from etmlx.lowering.registry import RULES
 
     for name in RULES:
