@@ -154,9 +154,9 @@ def quantize(x: torch.Tensor, group_size: int, bits: int) -> tuple[torch.Tensor,
     scales = torch.where(steps != 0, edge / steps, scales)
     biases = torch.where(steps != 0, edge, 0.0)
     values = torch.clamp(torch.round((groups - biases) / scales), 0, bins).to(torch.int64).flatten(-2)
-    shifts = torch.arange(_pack_factor(bits), dtype=torch.int64) * bits
-    words = (values.unflatten(-1, (-1, _pack_factor(bits))) << shifts).sum(-1)
-    words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+    from .rules.quantized import _bitstream  # here: the rules package imports this module
+
+    words = _bitstream(values, bits).view(torch.int32)  # MLX's packing, as export packs weights
     return words, scales.squeeze(-1).to(x.dtype), biases.squeeze(-1).to(x.dtype)
 
 
