@@ -2,7 +2,7 @@
 part of a .pte a reader must check — static and dynamic shapes, mutable buffers, a
 bounds-checked index input, partial delegation (two payloads around a declined call),
 quantized weights (affine and a float mode), sorting and scattering, rotary embeddings,
-KV caches that grow, and a saved prompt of them."""
+keyed random numbers, KV caches that grow, and a saved prompt of them."""
 
 import dataclasses
 import pathlib
@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 import etmlx
+import etmlx.lowering.custom_ops  # noqa: F401  (registers torch.ops.etmlx.*)
 from etmlx import prompt_cache
 from etmlx.quantization import quantized_copy
 from etmlx.exporter import trace
@@ -112,6 +113,13 @@ class Experts(torch.nn.Module):
         return (out.view(-1, 2, x.shape[-1]) * weights.to(x.dtype).unsqueeze(-1)).sum(1)
 
 
+class _KeyedNoise(torch.nn.Module):
+    """Noise drawn by MLX's generator keyed by a seed input (what ``mlx::sample`` draws)."""
+
+    def forward(self, x, seed):
+        return x + torch.ops.etmlx.random_uniform(seed, [x.shape[0], x.shape[1]])
+
+
 def _factories():
     mlp, mlp_inputs, _ = models.mlp()
     block, block_inputs, block_dynamic = models.encoder_block_dynamic_seq()
@@ -125,6 +133,7 @@ def _factories():
     yield "sorts_and_scatters", _SortsAndScatters(), (torch.randn(3, 6), torch.tensor([[0, 7, 7]] * 3)), None
     yield "rotary", Rotary(), (torch.randn(1, 2, 3, 8), torch.tensor([5])), None
     yield "experts", Experts(), (torch.randn(5, 16),), None
+    yield "keyed_noise", _KeyedNoise(), (torch.randn(3, 8), torch.tensor(5)), None
     yield "quantized_experts", quantized_copy(Experts(dim=32), "int4", 32)[0], (torch.randn(5, 32),), None
     # rank 0's shard of 2 (AllSum nodes): run in a process group of one, where the sum is x
     yield "tensor_parallel_rank", shard(block, find_blocks(block, trace(block, block_inputs)), 0, 2)[0], block_inputs, None

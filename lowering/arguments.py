@@ -102,3 +102,27 @@ def _bind_signature(node: fx.Node) -> BoundArguments:
     bound = inspect.signature(node.target).bind(*node.args, **node.kwargs)
     bound.apply_defaults()
     return BoundArguments(dict(bound.arguments), name)
+
+
+def bind_functionalized(node: fx.Node) -> BoundArguments:
+    """The arguments of the mutating operator an ``auto_functionalized_v2`` node calls
+    (``node.args[0]``): each mutated argument given as the base tensor it names
+    (``_<name>_base_index`` into ``_all_bases``). Raises ValueError where a mutated
+    argument is a view of its base (``_<name>_size`` and the like): then the op writes
+    into part of a larger tensor."""
+    schema = node.args[0]._schema
+    bases, values = node.kwargs["_all_bases"], {}
+    for argument in schema.arguments:
+        name = argument.name
+        if argument.alias_info is not None and argument.alias_info.is_write:
+            if any(key.startswith(f"_{name}_") and key != f"_{name}_base_index" for key in node.kwargs):
+                raise ValueError(f"its {name!r} is a view of a larger tensor")
+            index = node.kwargs[f"_{name}_base_index"]
+            values[name] = None if index is None else bases[index]
+        elif name in node.kwargs:
+            values[name] = node.kwargs[name]
+        elif argument.has_default_value():
+            values[name] = _default(argument)
+        else:
+            raise TypeError(f"{schema.name} called without its argument {name!r}: {node.format_node()}")
+    return BoundArguments(values, schema.name)

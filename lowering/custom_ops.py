@@ -2,8 +2,9 @@
 
 The partitioner retargets each *accepted* call of a fused aten op to one of these
 before decomposition, so the call survives to lowering in one piece; declined calls
-stay aten and decompose. Their eager kernels call PyTorch itself, so a program that
-holds them computes exactly what the original did.
+stay aten and decompose. Their eager kernels compute in PyTorch what MLX will (except
+``random_uniform``, which asks MLX for its numbers), so a program that holds them
+computes exactly what the runtimes do.
 """
 
 import threading
@@ -192,3 +193,21 @@ def _(x, words, scales, biases, transpose, group_size, bits):
     columns = words.shape[-2] if transpose else words.shape[-1] * _pack_factor(bits)
     batch = torch.broadcast_shapes(x.shape[:-2], words.shape[:-2])
     return x.new_empty((*batch, x.shape[-2], columns))
+
+
+@torch.library.custom_op("etmlx::random_uniform", mutates_args=())
+def random_uniform(seed: torch.Tensor, shape: list[int]) -> torch.Tensor:
+    """float32 numbers in [0, 1) drawn by MLX's generator keyed by ``seed`` (a 0-d integer
+    tensor): ``mx.random.uniform(shape=shape, key=mx.random.key(seed))``, the same numbers
+    on every runtime and in this eager kernel, which asks MLX for them. The noise of
+    ``mlx::sample`` (ExecuTorch's MLX delegate's on-device sampler)."""
+    import mlx.core as mx  # only an eager run of the exported program draws here
+    import numpy as np
+
+    key = mx.random.key(int(seed) % 2**64)
+    return torch.from_numpy(np.array(mx.random.uniform(shape=list(shape), key=key)))
+
+
+@random_uniform.register_fake
+def _(seed, shape):
+    return seed.new_empty(shape, dtype=torch.float32)

@@ -9,7 +9,7 @@ from functools import cached_property
 import torch
 
 import runtimes
-from etmlx.exporter import to_executorch
+from etmlx.exporter import lower_methods, trace
 from etmlx.inspection import inspect_program
 
 TOLERANCE = {  # (rtol, atol) by dtype
@@ -58,9 +58,13 @@ class Fn(torch.nn.Module):
 
 
 def lower(module, inputs, dynamic_shapes=None) -> Lowered:
-    program, report = to_executorch(module, inputs, dynamic_shapes)
-    pte = program.buffer
-    return Lowered(inspect_program(pte), report, pte)
+    return lower_exported(trace(module, inputs, dynamic_shapes))
+
+
+def lower_exported(exported_program) -> Lowered:
+    """A ``torch.export`` program lowered as method ``forward``."""
+    program, report = lower_methods({"forward": exported_program})
+    return Lowered(inspect_program(program.buffer), report, program.buffer)
 
 
 def assert_close(actual, expected, dtype=None):

@@ -12,10 +12,14 @@ attends over the cache's first ``start_pos + L`` positions, causally aligned to 
 scale``; ``gather_mm`` multiplies by the right operands ``rhs_indices`` picks;
 ``gather_qmm`` stays as it is, for its own rule (``rules/delegate_quantized.py``);
 ``moe_gather_inputs`` repeats each token's row for its ``top_k`` experts, ordered by
-expert, and ``moe_scatter_outputs`` puts the experts' outputs back in token order. A call
-etmlx cannot compute as that meaning says is refused with the reason, and an ``mlx::``
-op it does not know (a custom Metal kernel, say) by name: no ExecuTorch kernel could
-run either.
+expert, and ``moe_scatter_outputs`` puts the experts' outputs back in token order;
+``sample`` draws a token by Gumbel-max, its noise from ``etmlx::random_uniform`` keyed by
+the call's seed. A program whose decompositions already ran holds ``kv_cache_update`` as
+an ``auto_functionalized_v2`` call, rewritten into a functional ``index_copy`` whose result
+the program's outputs write back to the buffer. A call etmlx cannot compute as that
+meaning says is refused with the reason, and an ``mlx::`` op it does not know (a custom
+Metal kernel, say) by name, as is ExecuTorch's off-graph ``kvcache::update_and_attend``:
+no ExecuTorch kernel could run either.
 """
 
 from typing import Callable, Optional
@@ -26,7 +30,7 @@ from torch.fx.proxy import GraphAppendingTracer, Proxy
 
 import etmlx.lowering.custom_ops  # noqa: F401  (registers torch.ops.etmlx.*)
 from etmlx.errors import ExportError
-from etmlx.lowering.arguments import bind
+from etmlx.lowering.arguments import bind, bind_functionalized
 from etmlx.lowering.registry import mark_frozen_placeholders
 from etmlx.lowering.rules.attention import check_sdpa
 from etmlx.lowering.rules.common import example_of
@@ -46,14 +50,23 @@ def _range(like, start, length, dtype):
     return aten.add.Scalar(counts, start - 1)
 
 
+def _cache_slots(args):
+    slots = _range(args.new_values, args.start_pos, aten.sym_size.int(args.new_values, 2), torch.int64)
+    return aten.remainder.Scalar(slots, args.ring_size) if args.ring_size else slots
+
+
 def _kv_cache_update(args):
     """An ``index_copy_`` of the new positions' slots, as transformers' static cache
     writes: etmlx keeps the cache in the delegate and checks the slots in range."""
-    slots = _range(args.new_values, args.start_pos, aten.sym_size.int(args.new_values, 2), torch.int64)
-    if args.ring_size:
-        slots = aten.remainder.Scalar(slots, args.ring_size)
-    aten.index_copy_.default(args.cache, 2, slots, args.new_values)
+    aten.index_copy_.default(args.cache, 2, _cache_slots(args), args.new_values)
     return aten.new_zeros.default(args.new_values, [1])  # the upstream op's placeholder result
+
+
+def _functionalized_kv_cache_update(args):
+    """The same write in a functionalized program: the op's result and the cache's new
+    value, which the program's outputs write back to the buffer."""
+    updated = aten.index_copy.default(args.cache, 2, _cache_slots(args), args.new_values)
+    return aten.new_zeros.default(args.new_values, [1]), updated
 
 
 def _causal_mask(query, stop):
@@ -174,6 +187,44 @@ def _moe_scatter_outputs(args, node):
     return aten.reshape.default(restored, [-1, args.top_k, aten.sym_size.int(down, -1)])
 
 
+def _check_sample(node, args) -> Optional[str]:
+    if args.seed is None:
+        return ("no seed: unseeded, the upstream op draws from MLX's global generator, whose state a compiled "
+                "graph would freeze (export with a seed, a 0-d integer tensor input)")
+    logits = example_of(args.logits)
+    if logits.dim() != 2 or not logits.dtype.is_floating_point:
+        return f"logits of shape {tuple(logits.shape)} and dtype {logits.dtype} (floating-point [batch, vocab])"
+    return None
+
+
+def _sample(args, node):
+    """Gumbel-max, as the upstream op computes it, all in float32: the logits over the
+    temperature, filtered by top-k and then top-p (over what top-k kept), plus
+    ``-log(-log(u))``, ``u`` drawn by MLX's generator keyed by the seed; the argmax of
+    that. Where the temperature is not positive, the argmax of the logits: the sampling
+    chain is computed and dropped there (the upstream delegate branches), so its index
+    check stops only a sampled call (a ``top_k`` below 1)."""
+    logits = args.logits
+    sampling = aten.gt.Scalar(args.temperature, 0)
+    scaled = aten.div.Tensor(aten._to_copy.default(logits, dtype=torch.float32), args.temperature)
+    vocab = example_of(node.args[0]).shape[-1]
+    descending = aten.sort.default(scaled, -1, True)[0]
+    kth = aten.where.self(sampling, aten.sub.Scalar(aten.clamp.default(args.top_k, None, vocab), 1),
+                          aten.zeros_like.default(args.top_k))
+    threshold = aten.index_select.default(descending, -1, aten.reshape.default(kth, [1]))
+    scaled = aten.where.ScalarOther(aten.ge.Tensor(scaled, threshold), scaled, float("-inf"))
+    probs = aten._softmax.default(scaled, -1, False)
+    sorted_probs = aten.sort.default(probs, -1, True)[0]
+    kept = aten.le.Tensor(aten.sub.Tensor(aten.cumsum.default(sorted_probs, -1), sorted_probs), args.top_p)
+    smallest = aten.amin.default(aten.where.ScalarOther(kept, sorted_probs, float("inf")), [-1], True)
+    scaled = aten.where.ScalarOther(aten.ge.Tensor(probs, smallest), scaled, float("-inf"))
+    shape = [aten.sym_size.int(logits, 0), vocab]
+    noise = torch.ops.etmlx.random_uniform.default(args.seed, shape)
+    gumbel = aten.neg.default(aten.log.default(aten.neg.default(aten.log.default(noise))))
+    sampled = aten.argmax.default(aten.add.Tensor(scaled, gumbel), -1)
+    return aten.where.self(sampling, sampled, aten.argmax.default(logits, -1))
+
+
 # op name -> (check(node, args) -> reason or None, expand(args, node) -> result proxy, or a tuple of them)
 _EXPANSIONS: dict = {
     "kv_cache_update": (lambda node, args: None, lambda args, node: _kv_cache_update(args)),
@@ -182,19 +233,40 @@ _EXPANSIONS: dict = {
     "gather_mm": (_check_gather_mm, _gather_mm),
     "moe_gather_inputs": (lambda node, args: None, _moe_gather_inputs),
     "moe_scatter_outputs": (lambda node, args: None, _moe_scatter_outputs),
+    "sample": (_check_sample, _sample),
 }
 
 
 # op name -> its lowering rule's check: lowered as it is, after decomposition
 _LOWERED_AS_IS = {"gather_qmm": check_gather_qmm}
 
+# The mutating ops, as ``auto_functionalized_v2`` calls them in a program whose
+# decompositions ran before etmlx saw it (``run_decompositions``): op name -> expansion.
+_FUNCTIONALIZED = {"kv_cache_update": _functionalized_kv_cache_update}
 
-def _op_name(node: fx.Node) -> str:
-    return node.target._schema.name.split("::")[-1]
+
+def _op_name(op) -> str:
+    return op._schema.name.split("::")[-1]
 
 
 def is_delegate_op(node: fx.Node) -> bool:
     return node.op == "call_function" and getattr(node.target, "namespace", None) == NAMESPACE
+
+
+# ExecuTorch's off-graph cache op (extension/llm/cache), which the upstream delegate lowers
+# onto a cache its runtime owns and sizes outside the program: op -> why etmlx cannot.
+_OFF_GRAPH = {
+    "kvcache::update_and_attend": "attention over an off-graph KV cache, which the runtime running the "
+    "program owns and sizes outside it; etmlx keeps a cache inside the delegate: write the attention with "
+    "mlx::kv_cache_update and mlx::custom_sdpa, or export a transformers model with etmlx export-llm",
+}
+
+
+def _functionalized_delegate_op(node: fx.Node):
+    """The ``mlx::`` op an ``auto_functionalized_v2`` node calls, or None."""
+    if node.op != "call_function" or node.target is not torch.ops.higher_order.auto_functionalized_v2:
+        return None
+    return node.args[0] if getattr(node.args[0], "namespace", None) == NAMESPACE else None
 
 
 def expand_delegate_ops(program) -> bool:
@@ -204,46 +276,76 @@ def expand_delegate_ops(program) -> bool:
     mark_frozen_placeholders(program)  # gather_qmm's check needs its weights fixed
     found = False
     for node in list(graph.nodes):
+        if node.op == "call_function" and getattr(node.target, "_schema", None) is not None \
+                and node.target._schema.name in _OFF_GRAPH:
+            raise ExportError(f"{node.target._schema.name} ({node.name}): {_OFF_GRAPH[node.target._schema.name]}")
+        functionalized = _functionalized_delegate_op(node)
+        if functionalized is not None:
+            found = True
+            _expand_functionalized(program, node, _op_name(functionalized))
+            continue
         if not is_delegate_op(node):
             continue
         found = True
-        name = _op_name(node)
+        name = _op_name(node.target)
         if name not in _EXPANSIONS and name not in _LOWERED_AS_IS:
-            known = ", mlx::".join([*_EXPANSIONS, *_LOWERED_AS_IS])
-            raise ExportError(f"mlx::{name} ({node.name}): etmlx has no lowering for this op of ExecuTorch's MLX "
-                              f"delegate (it lowers mlx::{known})")
+            raise ExportError(f"mlx::{name} ({node.name}): {_unknown(name)}")
         check, expand = _EXPANSIONS.get(name, (_LOWERED_AS_IS.get(name), None))
         reason = check(node, bind(node))
         if reason:
             raise ExportError(f"mlx::{name} ({node.name}): {reason}")
         if expand is not None:
-            _replace(graph, node, expand)
+            _replace(graph, node, lambda args: expand(args, node), bind(node))
     if found:
         graph.eliminate_dead_code()
         program.graph_module.recompile()
     return found
 
 
-def _replace(graph: fx.Graph, node: fx.Node, expand: Callable) -> None:
-    """``node`` replaced by what ``expand`` computes, its ATen calls recorded into the
-    graph through proxies of the call's tensor and size arguments."""
+def _unknown(name: str) -> str:
+    known = ", mlx::".join([*_EXPANSIONS, *_LOWERED_AS_IS])
+    return f"etmlx has no lowering for this op of ExecuTorch's MLX delegate (it lowers mlx::{known})"
+
+
+def _expand_functionalized(program, node: fx.Node, name: str) -> None:
+    """An ``auto_functionalized_v2`` call of a mutating ``mlx::`` op, rewritten into the
+    functional ATen computation of the new value of each tensor it mutates; the program's
+    outputs that wrote those values back to their buffers name the new nodes."""
+    if name not in _FUNCTIONALIZED:
+        reason = f"functionalized: {_unknown(name)}" if name not in _EXPANSIONS else \
+            f"functionalized: etmlx lowers this op in its functional form only for mlx::{', mlx::'.join(_FUNCTIONALIZED)}"
+        raise ExportError(f"mlx::{name} ({node.name}): {reason}")
+    try:
+        bound = bind_functionalized(node)
+    except ValueError as error:
+        raise ExportError(f"mlx::{name} ({node.name}): {error}") from None
+    renamed = _replace(program.graph_module.graph, node, _FUNCTIONALIZED[name], bound)
+    for spec in program.graph_signature.output_specs:
+        if getattr(spec.arg, "name", None) in renamed:
+            spec.arg.name = renamed[spec.arg.name]
+
+
+def _replace(graph: fx.Graph, node: fx.Node, expand: Callable, bound) -> dict:
+    """``node`` replaced by what ``expand(bound)`` computes, its ATen calls recorded into
+    the graph through proxies of the call's tensor and size arguments. Returns, for a
+    multi-output op, the name of the node that replaced each of its getitem users."""
     tracer = GraphAppendingTracer(graph)
-    bound = bind(node)
     proxies = {name: Proxy(value, tracer) if isinstance(value, fx.Node) else value
                for name, value in bound._values.items()}
     before = set(graph.nodes)
     with graph.inserting_before(node):
-        result = expand(type(bound)(proxies, bound._op), node)
+        result = expand(type(bound)(proxies, bound._op))
     _trace_values([n for n in graph.nodes if n not in before], node)
+    renamed = {}
     if isinstance(result, tuple):  # a multi-output op: each getitem of it takes that result
         for user in list(node.users):
+            renamed[user.name] = result[user.args[1]].node.name
             user.replace_all_uses_with(result[user.args[1]].node)
             graph.erase_node(user)
     else:
         node.replace_all_uses_with(result.node)
     graph.erase_node(node)
-
-
+    return renamed
 
 
 def _trace_values(nodes: list, like: fx.Node) -> None:

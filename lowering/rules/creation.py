@@ -1,12 +1,13 @@
-"""Tensors created in the graph: fills, ranges, 0-d scalars."""
+"""Tensors created in the graph: fills, ranges, 0-d scalars, keyed random numbers."""
 
+import torch
 from torch import fx
 
-from etmlx.serializer.generated.etmlx_ir import Arange, Full, SizeScalar
+from etmlx.serializer.generated.etmlx_ir import Arange, Full, RandomUniform, SizeScalar
 
 from ..dtypes import fill_fields, ir_dtype
 from ..registry import lowers
-from .common import dim_size, out_dtype, rank_of
+from .common import dim_size, example_of, out_dtype, rank_of
 
 
 @lowers("aten::full")
@@ -44,3 +45,15 @@ def _lower_arange(ctx, node, args):
         Arange, start=ctx.size(args.start), stop=ctx.size(args.end), step=args.step, dtype=ir_dtype(out_dtype(node))
     )
     ctx.bind(node, out)
+
+
+def _check_random_uniform(node, args):
+    seed = example_of(args.seed)
+    if seed.dtype.is_floating_point or seed.dtype.is_complex or seed.dtype == torch.bool or seed.numel() != 1:
+        return f"a seed of dtype {seed.dtype} and shape {tuple(seed.shape)} (one integer)"
+    return None
+
+
+@lowers("etmlx::random_uniform", check=_check_random_uniform)
+def _lower_random_uniform(ctx, node, args):
+    ctx.bind(node, ctx.emit(RandomUniform, seed=ctx.tensor(args.seed), shape=ctx.sizes(args.shape)))

@@ -149,6 +149,9 @@ struct FullBuilder;
 struct Arange;
 struct ArangeBuilder;
 
+struct RandomUniform;
+struct RandomUniformBuilder;
+
 struct SymSize;
 struct SymSizeBuilder;
 
@@ -265,6 +268,8 @@ inline const ::flatbuffers::TypeTable *PoolTypeTable();
 inline const ::flatbuffers::TypeTable *FullTypeTable();
 
 inline const ::flatbuffers::TypeTable *ArangeTypeTable();
+
+inline const ::flatbuffers::TypeTable *RandomUniformTypeTable();
 
 inline const ::flatbuffers::TypeTable *SymSizeTypeTable();
 
@@ -885,11 +890,12 @@ enum class Op : uint8_t {
   GatherQmm = 45,
   AllSum = 46,
   Quantize = 47,
+  RandomUniform = 48,
   MIN = NONE,
-  MAX = Quantize
+  MAX = RandomUniform
 };
 
-inline const Op (&EnumValuesOp())[48] {
+inline const Op (&EnumValuesOp())[49] {
   static const Op values[] = {
     Op::NONE,
     Op::Unary,
@@ -938,13 +944,14 @@ inline const Op (&EnumValuesOp())[48] {
     Op::GatherMm,
     Op::GatherQmm,
     Op::AllSum,
-    Op::Quantize
+    Op::Quantize,
+    Op::RandomUniform
   };
   return values;
 }
 
 inline const char * const *EnumNamesOp() {
-  static const char * const names[49] = {
+  static const char * const names[50] = {
     "NONE",
     "Unary",
     "Binary",
@@ -993,13 +1000,14 @@ inline const char * const *EnumNamesOp() {
     "GatherQmm",
     "AllSum",
     "Quantize",
+    "RandomUniform",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameOp(Op e) {
-  if (::flatbuffers::IsOutRange(e, Op::NONE, Op::Quantize)) return "";
+  if (::flatbuffers::IsOutRange(e, Op::NONE, Op::RandomUniform)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesOp()[index];
 }
@@ -1194,6 +1202,10 @@ template<> struct OpTraits<etmlx_ir::AllSum> {
 
 template<> struct OpTraits<etmlx_ir::Quantize> {
   static const Op enum_value = Op::Quantize;
+};
+
+template<> struct OpTraits<etmlx_ir::RandomUniform> {
+  static const Op enum_value = Op::RandomUniform;
 };
 
 template <bool B = false>
@@ -5163,6 +5175,85 @@ inline ::flatbuffers::Offset<Arange> CreateArange(
   return builder_.Finish();
 }
 
+struct RandomUniform FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef RandomUniformBuilder Builder;
+  static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
+    return RandomUniformTypeTable();
+  }
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_SEED = 4,
+    VT_SHAPE = 6,
+    VT_OUT = 8
+  };
+  const etmlx_ir::Tid *seed() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_SEED);
+  }
+  const ::flatbuffers::Vector<const etmlx_ir::IntOrSlot *> *shape() const {
+    return GetPointer<const ::flatbuffers::Vector<const etmlx_ir::IntOrSlot *> *>(VT_SHAPE);
+  }
+  const etmlx_ir::Tid *out() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_OUT);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_SEED, 4) &&
+           VerifyOffset(verifier, VT_SHAPE) &&
+           verifier.VerifyVector(shape()) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_OUT, 4) &&
+           verifier.EndTable();
+  }
+};
+
+struct RandomUniformBuilder {
+  typedef RandomUniform Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_seed(const etmlx_ir::Tid *seed) {
+    fbb_.AddStruct(RandomUniform::VT_SEED, seed);
+  }
+  void add_shape(::flatbuffers::Offset<::flatbuffers::Vector<const etmlx_ir::IntOrSlot *>> shape) {
+    fbb_.AddOffset(RandomUniform::VT_SHAPE, shape);
+  }
+  void add_out(const etmlx_ir::Tid *out) {
+    fbb_.AddStruct(RandomUniform::VT_OUT, out);
+  }
+  explicit RandomUniformBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<RandomUniform> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<RandomUniform>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<RandomUniform> CreateRandomUniform(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const etmlx_ir::Tid *seed = nullptr,
+    ::flatbuffers::Offset<::flatbuffers::Vector<const etmlx_ir::IntOrSlot *>> shape = 0,
+    const etmlx_ir::Tid *out = nullptr) {
+  RandomUniformBuilder builder_(_fbb);
+  builder_.add_out(out);
+  builder_.add_shape(shape);
+  builder_.add_seed(seed);
+  return builder_.Finish();
+}
+
+inline ::flatbuffers::Offset<RandomUniform> CreateRandomUniformDirect(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const etmlx_ir::Tid *seed = nullptr,
+    const std::vector<etmlx_ir::IntOrSlot> *shape = nullptr,
+    const etmlx_ir::Tid *out = nullptr) {
+  auto shape__ = shape ? _fbb.CreateVectorOfStructs<etmlx_ir::IntOrSlot>(*shape) : 0;
+  return etmlx_ir::CreateRandomUniform(
+      _fbb,
+      seed,
+      shape__,
+      out);
+}
+
 struct SymSize FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef SymSizeBuilder Builder;
   static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
@@ -5580,6 +5671,9 @@ struct Node FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const etmlx_ir::Quantize *op_as_Quantize() const {
     return op_type() == etmlx_ir::Op::Quantize ? static_cast<const etmlx_ir::Quantize *>(op()) : nullptr;
   }
+  const etmlx_ir::RandomUniform *op_as_RandomUniform() const {
+    return op_type() == etmlx_ir::Op::RandomUniform ? static_cast<const etmlx_ir::RandomUniform *>(op()) : nullptr;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -5776,6 +5870,10 @@ template<> inline const etmlx_ir::AllSum *Node::op_as<etmlx_ir::AllSum>() const 
 
 template<> inline const etmlx_ir::Quantize *Node::op_as<etmlx_ir::Quantize>() const {
   return op_as_Quantize();
+}
+
+template<> inline const etmlx_ir::RandomUniform *Node::op_as<etmlx_ir::RandomUniform>() const {
+  return op_as_RandomUniform();
 }
 
 struct NodeBuilder {
@@ -6407,6 +6505,10 @@ inline bool VerifyOp(::flatbuffers::VerifierTemplate<B> &verifier, const void *o
       auto ptr = reinterpret_cast<const etmlx_ir::Quantize *>(obj);
       return verifier.VerifyTable(ptr);
     }
+    case Op::RandomUniform: {
+      auto ptr = reinterpret_cast<const etmlx_ir::RandomUniform *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
     default: return true;
   }
 }
@@ -6819,7 +6921,8 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     { ::flatbuffers::ET_SEQUENCE, 0, 43 },
     { ::flatbuffers::ET_SEQUENCE, 0, 44 },
     { ::flatbuffers::ET_SEQUENCE, 0, 45 },
-    { ::flatbuffers::ET_SEQUENCE, 0, 46 }
+    { ::flatbuffers::ET_SEQUENCE, 0, 46 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 47 }
   };
   static const ::flatbuffers::TypeFunction type_refs[] = {
     etmlx_ir::UnaryTypeTable,
@@ -6868,7 +6971,8 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     etmlx_ir::GatherMmTypeTable,
     etmlx_ir::GatherQmmTypeTable,
     etmlx_ir::AllSumTypeTable,
-    etmlx_ir::QuantizeTypeTable
+    etmlx_ir::QuantizeTypeTable,
+    etmlx_ir::RandomUniformTypeTable
   };
   static const char * const names[] = {
     "NONE",
@@ -6918,10 +7022,11 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     "GatherMm",
     "GatherQmm",
     "AllSum",
-    "Quantize"
+    "Quantize",
+    "RandomUniform"
   };
   static const ::flatbuffers::TypeTable tt = {
-    ::flatbuffers::ST_UNION, 48, type_codes, type_refs, nullptr, nullptr, names
+    ::flatbuffers::ST_UNION, 49, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }
@@ -8004,6 +8109,27 @@ inline const ::flatbuffers::TypeTable *ArangeTypeTable() {
   };
   static const ::flatbuffers::TypeTable tt = {
     ::flatbuffers::ST_TABLE, 5, type_codes, type_refs, nullptr, nullptr, names
+  };
+  return &tt;
+}
+
+inline const ::flatbuffers::TypeTable *RandomUniformTypeTable() {
+  static const ::flatbuffers::TypeCode type_codes[] = {
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 1, 1 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 }
+  };
+  static const ::flatbuffers::TypeFunction type_refs[] = {
+    etmlx_ir::TidTypeTable,
+    etmlx_ir::IntOrSlotTypeTable
+  };
+  static const char * const names[] = {
+    "seed",
+    "shape",
+    "out"
+  };
+  static const ::flatbuffers::TypeTable tt = {
+    ::flatbuffers::ST_TABLE, 3, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }

@@ -1,14 +1,16 @@
 """Models prepared for ExecuTorch's own MLX delegate (its ``mlx::`` custom ops) export
 fully delegated and compute what those ops' reference kernels do, on both runtimes:
-rotary embeddings, a KV cache written in place (linear and ring) and attention over it,
-carried across calls, experts' matmuls."""
+rotary embeddings, a KV cache written in place (linear and ring; also in the
+functionalized form a program takes when its decompositions ran first) and attention
+over it, carried across calls, experts' matmuls, on-device sampling (its distribution
+and its seed)."""
 
 import copy
 
 import pytest
 import torch
 import upstream_ops  # noqa: F401  (defines torch.ops.mlx.*)
-from lowering_harness import assert_close, lower, tensor_kernels
+from lowering_harness import assert_close, lower, lower_exported, tensor_kernels
 from torch.export import Dim
 
 import etmlx
@@ -92,13 +94,23 @@ def _steps():
     return steps
 
 
+def _lowered_functionalized(module, inputs, dynamic_shapes):
+    """``module`` exported, its decompositions run before etmlx sees it (as upstream's
+    examples do): the cache writes are ``auto_functionalized_v2`` calls then."""
+    program = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes).run_decompositions({})
+    assert any(node.target is torch.ops.higher_order.auto_functionalized_v2 for node in program.graph.nodes)
+    return lower_exported(program)
+
+
+@pytest.mark.parametrize("functionalized", [False, True], ids=["in-place", "functionalized"])
 @pytest.mark.parametrize("model", [CachedAttention, Ring])
-def test_a_cache_written_in_place_carries_across_calls(model):
+def test_a_cache_written_in_place_carries_across_calls(model, functionalized):
     module = model()
     eager = copy.deepcopy(module)
     steps = _steps()
     seq = Dim("seq", min=1, max=7)
-    lowered = lower(module, steps[0], dynamic_shapes=({2: seq}, {2: seq}, {2: seq}, None))
+    shapes = ({2: seq}, {2: seq}, {2: seq}, None)
+    lowered = _lowered_functionalized(module, steps[0], shapes) if functionalized else lower(module, steps[0], shapes)
     assert set(tensor_kernels(lowered.kernels)) <= HOST_READS and len(lowered.delegates) == 1
     assert "IndexPut" in lowered.nodes and ("Sdpa" in lowered.nodes) == (model is CachedAttention)
     buffers = {b["name"] for d in lowered.delegates for b in d["buffers"]}
@@ -205,12 +217,91 @@ def test_a_gather_qmm_in_another_mode_is_refused_with_the_reason(tmp_path):
 
 
 def test_an_mlx_op_etmlx_does_not_lower_is_refused_by_name(tmp_path):
-    class Sampling(torch.nn.Module):
+    class Norm(torch.nn.Module):  # a custom Metal kernel of the upstream delegate
+        def forward(self, x):
+            return mlx.tq_norm(x)
+
+    with pytest.raises(ExportError, match=r"mlx::tq_norm .*no lowering for this op of ExecuTorch's MLX delegate"):
+        etmlx.export(Norm(), (torch.randn(2, 32),), tmp_path / "x.pte")
+
+
+def test_attention_over_an_off_graph_cache_is_refused_with_what_to_write_instead(tmp_path):
+    class OffGraph(torch.nn.Module):
+        def forward(self, q, k, v, position):
+            return torch.ops.kvcache.update_and_attend(q, k, v, position, 0, 0.35, torch.float32)
+
+    x = torch.randn(1, 2, 3, 8)
+    with pytest.raises(ExportError, match=r"kvcache::update_and_attend .*off-graph KV cache.*mlx::kv_cache_update"):
+        etmlx.export(OffGraph(), (x, x, x, torch.arange(3)[:, None]), tmp_path / "x.pte")
+
+
+class Sampler(torch.nn.Module):
+    def forward(self, logits, temperature, top_k, top_p, seed):
+        return mlx.sample(logits, temperature, top_k, top_p, seed)
+
+
+@pytest.fixture(scope="module")
+def sampler():
+    inputs = (torch.randn(2, 16), torch.tensor(0.8), torch.tensor(5), torch.tensor(0.9), torch.tensor(0))
+    lowered = lower(Sampler(), inputs, dynamic_shapes=({0: Dim("rows", min=1, max=1 << 14)}, None, None, None, None))
+    assert tensor_kernels(lowered.kernels) == [] and {"RandomUniform", "Sort", "ArgMax"} <= set(lowered.nodes)
+    return lowered.program
+
+
+def _settings(temperature, top_k, top_p, seed):
+    return torch.tensor(float(temperature)), torch.tensor(top_k), torch.tensor(float(top_p)), torch.tensor(seed)
+
+
+def test_sample_is_the_argmax_where_the_temperature_is_not_positive(sampler):
+    logits = torch.randn(5, 16)
+    for temperature in (0.0, -1.0):  # top_k 0 would stop a sampled call; greedy reads none of it
+        settings = _settings(temperature, 0, 0.5, 3)
+        tokens = sampler.forward(logits, *settings)
+        assert torch.equal(tokens, logits.argmax(-1)) and torch.equal(tokens, Sampler()(logits, *settings))
+
+
+def test_the_same_seed_draws_the_same_tokens(sampler):
+    """(Each call also runs on both runtimes, which must give the same tokens.)"""
+    logits = torch.randn(64, 16)
+    first, again, other = (sampler.forward(logits, *_settings(1.0, 16, 1.0, seed)) for seed in (7, 7, 2**40 + 7))
+    assert torch.equal(first, again) and not torch.equal(first, other)
+
+
+def _filtered_softmax(logits, temperature, top_k, top_p):
+    """The probabilities sampling must draw with, in float64: softmax over the top_k
+    largest, then over the fewest of those, most likely first, whose sum reaches top_p."""
+    probs = (logits.double() / temperature).softmax(-1)
+    order = probs.argsort(descending=True)
+    probs = torch.zeros_like(probs).scatter(0, order[:top_k], probs[order[:top_k]])
+    probs = probs / probs.sum()
+    ordered = probs[order]
+    kept = order[ordered.cumsum(0) - ordered <= top_p]
+    return torch.zeros_like(probs).scatter(0, kept, probs[kept]) / probs[kept].sum()
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, 2**62, 1.0), (0.7, 5, 1.0), (1.3, 16, 0.8), (1.0, 6, 0.5)])
+def test_sample_draws_from_the_filtered_softmax(sampler, temperature, top_k, top_p):
+    """16384 draws (rows of one call, two seeds) against the filtered softmax: each token's
+    count within 5 sigma, none outside the filter. A wrong filter, temperature or noise
+    moves some count by many sigmas."""
+    logits = torch.randn(16, generator=torch.Generator().manual_seed(1)) * 2
+    expected = _filtered_softmax(logits, temperature, top_k, top_p)
+    rows = logits.expand(8192, 16).contiguous()
+    draws = torch.cat([sampler.forward(rows, *_settings(temperature, top_k, top_p, seed)) for seed in (11, 12)])
+    counts = torch.bincount(draws, minlength=16).double()
+    assert counts[expected == 0].sum() == 0, f"drew filtered-out tokens: {counts}"
+    n = len(draws)
+    sigma = (n * expected * (1 - expected)).sqrt()
+    assert ((counts - n * expected).abs() <= 5 * sigma + 1).all(), f"{counts.tolist()} vs {(n * expected).tolist()}"
+
+
+def test_a_sample_call_etmlx_cannot_key_is_refused_with_the_reason(tmp_path):
+    class Unseeded(torch.nn.Module):
         def forward(self, logits):
             return mlx.sample(logits, torch.tensor(0.8), torch.tensor(40), torch.tensor(0.9))
 
-    with pytest.raises(ExportError, match=r"mlx::sample .*no lowering for this op of ExecuTorch's MLX delegate"):
-        etmlx.export(Sampling(), (torch.randn(1, 32),), tmp_path / "x.pte")
+    with pytest.raises(ExportError, match=r"mlx::sample .*no seed.*export with a seed"):
+        etmlx.export(Unseeded(), (torch.randn(1, 32),), tmp_path / "x.pte")
 
 
 def test_a_call_etmlx_cannot_compute_as_documented_is_refused_with_the_reason(tmp_path):

@@ -1,5 +1,6 @@
 """The schemas of ExecuTorch's MLX delegate's custom ops (backends/mlx/custom_ops.py in
-ExecuTorch's sources: names, arguments, defaults, the cache's mutation), defined here
+ExecuTorch's sources: names, arguments, defaults, the cache's mutation; one of its custom
+Metal kernels; ExecuTorch's off-graph cache op, extension/llm/cache), defined here
 because the executorch 1.5.1 wheel cannot import that module ("MLX delegate generated
 files not found"). The eager kernels are this file's own reading of the ops' documented
 meaning, written as plainly as possible: the references the tests hold etmlx to."""
@@ -131,12 +132,50 @@ def _define():
     @torch.library.custom_op("mlx::sample", mutates_args=())
     def sample(logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor,
                seed: Optional[Tensor] = None) -> Tensor:
-        raise NotImplementedError  # its schema is what matters here: etmlx refuses it by name
+        """A token id a row, by Gumbel-max over logits / temperature filtered to the top_k
+        largest, then to the smallest set of those whose probability reaches top_p; the
+        argmax of the logits where temperature <= 0. Its noise is torch's (upstream's
+        reference is not bit-identical to its device either): the tests hold etmlx to
+        its distribution, not its draws."""
+        if float(temperature) <= 0:
+            return logits.argmax(-1)
+        scaled = logits.float() / temperature
+        kth = scaled.sort(-1, descending=True).values[..., min(int(top_k), scaled.shape[-1]) - 1, None]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+        probs = scaled.softmax(-1)
+        ordered = probs.sort(-1, descending=True).values
+        smallest = ordered.masked_fill(ordered.cumsum(-1) - ordered > top_p, float("inf")).amin(-1, keepdim=True)
+        scaled = scaled.masked_fill(probs < smallest, float("-inf"))
+        generator = None if seed is None else torch.Generator().manual_seed(int(seed))
+        uniform = torch.rand(scaled.shape, generator=generator)
+        return (scaled - (-uniform.log()).log()).argmax(-1)
 
     @sample.register_fake
     def _(logits, temperature, top_k, top_p, seed=None):
         return logits.new_empty(logits.shape[:-1], dtype=torch.long)
 
+
+    @torch.library.custom_op("mlx::tq_norm", mutates_args=())
+    def tq_norm(x: Tensor) -> Tensor:
+        """One of the upstream delegate's custom Metal kernels (custom_kernel_ops/): the
+        L2 norm of the last axis."""
+        return torch.linalg.vector_norm(x, dim=-1, keepdim=True).to(x.dtype)
+
+    @tq_norm.register_fake
+    def _(x):
+        return x.new_empty((*x.shape[:-1], 1))
+
+    @torch.library.custom_op("kvcache::update_and_attend", mutates_args=())
+    def update_and_attend(q: Tensor, k: Tensor, v: Tensor, position: Tensor, layer_id: int, scale: float,
+                          out_dtype: torch.dtype) -> Tensor:
+        """ExecuTorch's off-graph cache op (extension/llm/cache): appends k and v to the
+        cache installed for ``layer_id`` in a process-wide registry, then attends. No
+        cache is installed here, as upstream's kernel says with none active."""
+        raise RuntimeError("update_and_attend called with no active cache")
+
+    @update_and_attend.register_fake
+    def _(q, k, v, position, layer_id, scale, out_dtype):
+        return q.new_empty((*q.shape[:-1], v.shape[-1]), dtype=out_dtype)
 
 
 _define()

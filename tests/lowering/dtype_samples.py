@@ -293,6 +293,10 @@ def _other(dtype):
             *nvfp4_tensor, 16, x.dtype
         ),
         "etmlx::dequantize_mxfp4": lambda x, y, d: torch.ops.etmlx.dequantize_mxfp4(*mxfp4_tensor, x.dtype),
+        # its seed: one integer, of d's dtype where that is an integer one
+        "etmlx::random_uniform": lambda x, y, d: etmlx.random_uniform(
+            d.flatten()[0].to(torch.int64) if d.is_floating_point() or d.dtype == torch.bool else d.flatten()[0], [2, 3]
+        ),
         "etmlx::quantize": lambda x, y, d: etmlx.quantize(torch.cat([x.reshape(2, 60)] * 2, 1)[:, :64], 32, 8),
         "etmlx::quantized_matmul": lambda x, y, d: etmlx.quantized_matmul(
             torch.cat([x.reshape(2, 60)] * 2, 1)[:, :64], *cached, True, 32, 8

@@ -1,4 +1,4 @@
-"""Parity of the creation rules: full, full_like, scalar_tensor, arange."""
+"""Parity of the creation rules: full, full_like, scalar_tensor, arange, random_uniform."""
 
 import pytest
 import torch
@@ -81,6 +81,21 @@ def test_arange_of_a_dynamic_size():
 def test_float_arange_is_declined_but_correct():
     reason = declined(lambda x: x + torch.arange(0.0, 1.0, 0.25), (torch.randn(4),), "aten::arange.start_step")
     assert "non-integer" in reason
+
+
+def test_random_uniform_draws_mlx_numbers_keyed_by_the_seed():
+    """The eager kernel asks MLX for ``mx.random.uniform(key=mx.random.key(seed))``; the
+    graph builds that key from the seed tensor, for seeds past 32 bits and negative."""
+    import etmlx.lowering.custom_ops  # noqa: F401  (registers torch.ops.etmlx.*)
+
+    def fn(seed, x):
+        return torch.ops.etmlx.random_uniform(seed, [x.shape[0], 5])
+
+    seeds = [torch.tensor(s) for s in (0, 2**40 + 3, -7)]
+    lowered = delegated(fn, (seeds[0], torch.ones(3)), nodes=["RandomUniform"], dynamic_shapes=(None, {0: Dim("rows", max=64)}),
+                        run_with=[(seed, torch.ones(rows)) for seed, rows in zip(seeds[1:], (4, 1))])
+    first, other = (lowered.program.forward(torch.tensor(s), torch.ones(3)) for s in (1, 2))
+    assert 0 <= first.min() and first.max() < 1 and not torch.equal(first, other)
 
 
 def test_every_creation_rule_is_tested(whole_file):

@@ -52,6 +52,7 @@ class Op(object):
     GatherQmm = 45
     AllSum = 46
     Quantize = 47
+    RandomUniform = 48
 
 def OpCreator(unionType, table):
     from flatbuffers.table import Table
@@ -198,4 +199,7 @@ def OpCreator(unionType, table):
     if unionType == Op.Quantize:
         import etmlx.serializer.generated.etmlx_ir.Quantize
         return etmlx.serializer.generated.etmlx_ir.Quantize.QuantizeT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op.RandomUniform:
+        import etmlx.serializer.generated.etmlx_ir.RandomUniform
+        return etmlx.serializer.generated.etmlx_ir.RandomUniform.RandomUniformT.InitFromBuf(table.Bytes, table.Pos)
     return None
