@@ -19,10 +19,14 @@ checks every position against W (an index both runtimes bound-check), so a posit
 the cache raises ``IndexRangeError`` instead of returning other numbers.
 """
 
+import contextlib
+import logging
 import re
 import warnings
 
 from .errors import ExportError, first_line
+
+log = logging.getLogger("etmlx")
 
 WINDOW_STEP = 256
 # The constant methods ExecuTorch's LLM runner reads (extension/llm/runner/constants.h).
@@ -43,9 +47,8 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
     import torch
     from torch.export import Dim
 
-    from .windowed_cache import (
-        SampledCausalLM, WindowedCausalLM, attends_through_window, batched_experts, windowed_attention,
-    )
+    from .attention_probe import probe
+    from .windowed_cache import SampledCausalLM, WindowedCausalLM, attends_through_window, windowed_attention
 
     if not isinstance(window_step, int) or window_step < 1:
         raise ExportError(f"window_step={window_step!r}: expected a number of cache slots, 1 or more")
@@ -62,8 +65,30 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
         settings = (torch.tensor([1.0]), torch.tensor([0]), torch.tensor([1.0]), torch.tensor([0.0]), torch.tensor([0.5]))
         traced["sample"] = (SampledCausalLM(model, max_context_len, window_step, max_seq_len, **cache), inputs + settings,
                             ({1: seq}, {0: seq}) + (None,) * len(settings))
+    if probe(model).through_interface:
+        programs = _trace(model, traced, windowed_attention(model))
+        if not attends_through_window(programs["forward"]):  # a model that took the interface but not the window
+            raise ExportError(f"{type(model).__name__}'s attention did not read its cache through etmlx's window")
+    else:
+        if kv_bits is not None:
+            raise ExportError(f"{type(model).__name__} does not call attention through transformers' "
+                              "AttentionInterface, so etmlx cannot attend over a quantized cache; export it without kv_bits")
+        log.warning("%s does not call attention through transformers' AttentionInterface: each step attends over "
+                    "the whole cache of %d slots (exact, but decode does not speed up at short contexts)",
+                    type(model).__name__, capacity)
+        programs = _trace(model, traced, contextlib.nullcontext())  # its own attention and mask
+    return {**programs, **runner_metadata(model, max_seq_len, capacity)}
+
+
+def _trace(model, traced: dict, attention) -> dict:
+    """``{name: ExportedProgram}`` of each ``(wrapper, inputs, dynamic shapes)`` in
+    ``traced``, under ``attention`` (a context that routes the model's attention)."""
+    import torch
+
+    from .windowed_cache import batched_experts
+
     programs = {}
-    with windowed_attention(model), batched_experts(model), torch.no_grad(), warnings.catch_warnings():
+    with attention, batched_experts(model), torch.no_grad(), warnings.catch_warnings():
         # transformers' output-capturing global trips a dynamo side-effect warning
         warnings.filterwarnings("ignore", message="While compiling, we found certain side effects")
         for name, (wrapper, arguments, shapes) in traced.items():
@@ -74,14 +99,7 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
             except Exception as error:
                 raise ExportError(f"{type(model).__name__} does not export as a causal LM over transformers' static "
                                   f"cache: {_trace_failure(error)}") from error
-    forward = programs["forward"]
-    if not attends_through_window(forward):
-        raise ExportError(
-            f"{type(model).__name__} does not call attention through transformers' AttentionInterface, "
-            "so it cannot read a window of its cache; export it with "
-            "TorchExportableModuleForDecoderOnlyLM (whole-cache attention) instead"
-        )
-    return {**programs, **runner_metadata(model, max_seq_len, capacity)}
+    return programs
 
 
 def with_static_cache(model, max_context_len: int):

@@ -12,6 +12,7 @@ from transformers.integrations.executorch import TorchExportableModuleWithStatic
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from .attention_probe import attention_implementation, fit_to_attention
 from .errors import ExportError
 from .quantized_cache import quantize_layers
 from .sliding_cache import Rings
@@ -30,6 +31,7 @@ class WindowedCausalLM(torch.nn.Module):
                  kv_bits=None, kv_group_size: int = 64):
         super().__init__()
         self.cached = TorchExportableModuleWithStaticCache(model, max_cache_len=max_cache_len)
+        fit_to_attention(self.cached, model)  # Falcon's one key/value head, DeepSeek-V3's narrower values
         self.capacity = self.cached.static_cache.get_max_length()
         self.window_step = window_step
         # Sliding-window layers over rings of W + max_seq_len slots (etmlx.sliding_cache)
@@ -175,13 +177,8 @@ def windowed_attention(model):
     while tracing; the model's own attention setting is restored after."""
     AttentionInterface.register(ATTENTION, windowed_sdpa)
     AttentionMaskInterface.register(ATTENTION, _sdpa_mask_over_the_cache)
-    config = model.config
-    before = config._attn_implementation
-    config._attn_implementation = ATTENTION
-    try:
+    with attention_implementation(model, ATTENTION):
         yield
-    finally:
-        config._attn_implementation = before
 
 
 @contextlib.contextmanager

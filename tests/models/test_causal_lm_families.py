@@ -34,12 +34,31 @@ def _tiny_causal_lm(family: str):
     elif family == "GPT2":
         config = transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=CAPACITY)
         model = transformers.GPT2LMHeadModel(config)
+    elif family == "GPTJ":
+        config = transformers.GPTJConfig(vocab_size=128, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=CAPACITY)
+        model = transformers.GPTJForCausalLM(config)
+    elif family == "Falcon":  # multi-query: one key/value head, though its config counts four
+        config = transformers.FalconConfig(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                           max_position_embeddings=CAPACITY)
+        model = transformers.FalconForCausalLM(config)
+    elif family == "DeepseekV3":  # latent attention (values narrower than keys), routed experts
+        config = transformers.DeepseekV3Config(
+            vocab_size=128, hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2, n_group=1,
+            topk_group=1, first_k_dense_replace=1, q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8,
+            qk_nope_head_dim=16, v_head_dim=8, max_position_embeddings=CAPACITY,
+        )
+        model = transformers.DeepseekV3ForCausalLM(config)
     else:
         config = getattr(transformers, f"{family}Config")(
             vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=CAPACITY,
         )
         model = getattr(transformers, f"{family}ForCausalLM")(config)
+    if family in ("GPTJ", "Falcon", "DeepseekV3"):
+        with torch.no_grad():  # at their default scale, greedy text repeats one token
+            for parameter in model.parameters():
+                parameter.mul_(3.0)
     return llm.with_static_cache(model, CAPACITY)
 
 
@@ -56,4 +75,25 @@ def test_other_families_generate_eager_tokens(tmp_path, family, ropes):
     nodes = inspect_program(result.path)["methods"]["forward"]["delegates"][0]["nodes"]
     assert ropes is None or nodes.count("Rope") == ropes and "Cos" not in nodes
     assert ("Sdpa" in nodes) == (family != "Gemma2")  # Gemma 2: its eager, softcapped attention
+    assert llm.greedy(runtimes.load(result.path), PROMPT, 12) == llm.eager_greedy(model, PROMPT, 12)
+
+
+@pytest.mark.parametrize("family", ["GPTJ", "Falcon", "DeepseekV3"])
+def test_families_outside_the_attention_interface_or_the_static_cache_generate_eager_tokens(tmp_path, family, caplog):
+    """GPT-J and Falcon compute attention without transformers' AttentionInterface: traced
+    with their own attention over the whole cache, named in a warning. Falcon's attention
+    writes one key/value head and DeepSeek-V3's values are narrower than its keys, which
+    transformers' static cache does not allocate: etmlx allocates what they write. DeepSeek-V3's
+    router keeps its unsorted top-k (and what it feeds) on ExecuTorch's kernels."""
+    model = _tiny_causal_lm(family)
+    with caplog.at_level("WARNING", logger="etmlx"):
+        result = etmlx.export_methods(llm.export_methods(model), tmp_path / "lm.pte")
+    assert ("does not call attention through transformers' AttentionInterface" in caplog.text) == (family != "DeepseekV3")
+    declined = {op for op, entry in result.report.operators.items() if entry.declined}
+    assert declined == ({"aten::topk", "aten::scatter.value", "dim_order_ops::_empty_dim_order"}
+                        if family == "DeepseekV3" else set())
+    buffers = {b["name"]: b["shape"] for d in inspect_program(result.path)["methods"]["forward"]["delegates"]
+               for b in d["buffers"]}
+    assert family != "Falcon" or buffers["cached.key_cache_0"][1] == 1
+    assert family != "DeepseekV3" or buffers["cached.value_cache_0"][-1] == 8 != buffers["cached.key_cache_0"][-1]
     assert llm.greedy(runtimes.load(result.path), PROMPT, 12) == llm.eager_greedy(model, PROMPT, 12)

@@ -104,17 +104,25 @@ def test_greedy_tokens_equal_eager_over_every_bucket_with_a_chunked_prompt(progr
     assert llm.greedy(runtimes.load(programs["windowed"]), prompt, CAPACITY - len(prompt)) == expected
 
 
-def test_a_model_that_bypasses_the_attention_interface_is_named(monkeypatch):
-    """A model computing attention its own way never reads the window: refused, not
-    exported to attend over the whole cache behind the caller's back."""
+def test_a_model_that_bypasses_the_attention_interface_attends_over_the_whole_cache(monkeypatch, caplog):
+    """A model computing attention its own way never reads the window (its first trace
+    would be wrong: its attention gets a mask made for the window's): traced again with
+    its own attention and mask over the whole cache, named in a warning; with a quantized
+    cache, which only the window's attention reads, refused."""
     from transformers.models.llama import modeling_llama
 
     from etmlx import ExportError, causal_lm
+    from etmlx.windowed_cache import attends_through_window
 
     interface = modeling_llama.ALL_ATTENTION_FUNCTIONS
     monkeypatch.setattr(interface, "get_interface", lambda *_: modeling_llama.eager_attention_forward)
-    with pytest.raises(ExportError, match="LlamaForCausalLM does not call attention through transformers'"):
-        causal_lm.export_methods(llm.tiny_llama(), max_seq_len=8)
+    with caplog.at_level("WARNING", logger="etmlx"):
+        methods = causal_lm.export_methods(llm.tiny_llama(), max_seq_len=8)
+    assert not attends_through_window(methods["forward"])
+    assert "LlamaForCausalLM does not call attention through transformers' AttentionInterface: each step attends " \
+           "over the whole cache of 64 slots" in caplog.text
+    with pytest.raises(ExportError, match="cannot attend over a quantized cache; export it without kv_bits"):
+        causal_lm.export_methods(llm.tiny_llama(hidden=128), max_seq_len=8, kv_bits=8, kv_group_size=32)
 
 
 @pytest.mark.parametrize("options, message", [
@@ -129,17 +137,22 @@ def test_export_options_are_checked(options, message):
         causal_lm.export_methods(llm.tiny_llama(), **options)
 
 
-def test_a_family_that_does_not_export_says_why_in_one_line():
+def test_a_family_that_does_not_export_says_why_in_one_line(monkeypatch):
     """torch.export's pages of text come down to the exception the model's code raised
-    (Falcon's multi-query attention does not fit transformers' static cache)."""
-    import transformers
+    while traced (eagerly it runs)."""
+    from transformers.models.llama import modeling_llama
 
     from etmlx import ExportError, causal_lm
 
-    config = transformers.FalconConfig(vocab_size=128, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
-                                       max_position_embeddings=CAPACITY)
-    model = llm.with_static_cache(transformers.FalconForCausalLM(config), CAPACITY)
-    with pytest.raises(ExportError, match="FalconForCausalLM does not export as a causal LM") as raised:
-        causal_lm.export_methods(model, MAX_SEQ_LEN)
-    assert "RuntimeError: index_copy_(): Source/destination tensor must have same slice shapes" in str(raised.value)
+    eager = modeling_llama.LlamaMLP.forward
+
+    def refuses(self, x):
+        if torch.compiler.is_compiling():
+            raise ValueError("intermediate size does not divide")
+        return eager(self, x)
+
+    monkeypatch.setattr(modeling_llama.LlamaMLP, "forward", refuses)
+    with pytest.raises(ExportError, match="LlamaForCausalLM does not export as a causal LM") as raised:
+        causal_lm.export_methods(llm.tiny_llama(), MAX_SEQ_LEN)
+    assert "ValueError: intermediate size does not divide" in str(raised.value)
     assert "\n" not in str(raised.value)

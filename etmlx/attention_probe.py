@@ -1,0 +1,93 @@
+"""One eager step of a causal LM that tells how its attention meets transformers' static
+cache: each layer's key and value shapes, and whether it calls attention through
+transformers' ``AttentionInterface``.
+
+``TorchExportableModuleWithStaticCache`` allocates every layer's keys and values from the
+config's head count and head size, one shape for both. Some families' attention writes
+other shapes: Falcon's multi-query attention one key/value head where its config counts
+one per query head, DeepSeek-V3's latent attention values narrower than its keys; the
+cache's ``index_copy_`` then fails while tracing. And a family whose attention bypasses
+the interface (GPT-J, Falcon) would be handed the window's mask by etmlx's windowed
+attention without ever slicing its keys to the window: wrong numbers. The step runs over a
+lazily allocated cache, with the attention interface set to a recorder whose output is
+zeros: only what the cache was given and whether the recorder ran are read.
+"""
+
+import contextlib
+import dataclasses
+import weakref
+
+import torch
+from transformers import AttentionInterface, StaticCache
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from .errors import ExportError, first_line
+
+_PROBE = "etmlx_probe"
+_PROBED = weakref.WeakKeyDictionary()  # model -> its Probe (shapes and routing do not change)
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    layer_shapes: tuple  # per cache layer: (heads, key size, value size), or None where it holds no keys
+    through_interface: bool
+
+
+def probe(model) -> Probe:
+    """What one eager token of ``model`` writes into a static cache, and how it attends."""
+    if model not in _PROBED:
+        _PROBED[model] = _step(model)
+    return _PROBED[model]
+
+
+def _step(model) -> Probe:
+    calls = []
+
+    def recorded(module, query, key, value, attention_mask, **kwargs):
+        calls.append(module)
+        batch, heads, length = query.shape[:3]
+        return query.new_zeros(batch, length, heads, value.shape[-1]), None
+
+    cache = StaticCache(config=model.config.get_text_config(), max_cache_len=1)
+    AttentionInterface.register(_PROBE, recorded)
+    AttentionMaskInterface.register(_PROBE, sdpa_mask)
+    try:
+        with attention_implementation(model, _PROBE), torch.no_grad():
+            model(input_ids=torch.zeros(1, 1, dtype=torch.long), past_key_values=cache, use_cache=True,
+                  cache_position=torch.arange(1))
+    except Exception as error:
+        raise ExportError(f"{type(model).__name__} does not run one eager step over transformers' static cache: "
+                          f"{type(error).__name__}: {first_line(error)}") from error
+    shapes = tuple((layer.num_heads, layer.k_head_dim, layer.v_head_dim) if layer.is_initialized else None
+                   for layer in cache.layers)
+    return Probe(shapes, bool(calls))
+
+
+@contextlib.contextmanager
+def attention_implementation(model, name: str):
+    """``model``'s attention set to the registered implementation ``name`` for the block,
+    its own setting restored after."""
+    config = model.config
+    before = config._attn_implementation
+    config._attn_implementation = name
+    try:
+        yield
+    finally:
+        config._attn_implementation = before
+
+
+def fit_to_attention(cached, model) -> None:
+    """Reallocates the layers of ``cached.static_cache`` (a
+    ``TorchExportableModuleWithStaticCache``'s) whose shapes differ from those ``model``'s
+    attention writes, and registers the new tensors under the buffer names it gave them."""
+    for i, (layer, shape) in enumerate(zip(cached.static_cache.layers, probe(model).layer_shapes)):
+        if shape is None or layer.keys.numel() == 0:
+            continue
+        if (layer.keys.shape[1], layer.keys.shape[-1], layer.values.shape[-1]) == shape:
+            continue
+        heads, key_size, value_size = shape
+        batch, dtype = layer.keys.shape[0], layer.keys.dtype
+        layer.lazy_initialization(torch.zeros(batch, heads, 0, key_size, dtype=dtype),
+                                  torch.zeros(batch, heads, 0, value_size, dtype=dtype))
+        cached.register_buffer(f"key_cache_{i}", layer.keys, persistent=False)
+        cached.register_buffer(f"value_cache_{i}", layer.values, persistent=False)
