@@ -15,6 +15,7 @@ from etmlx.runtime_shim.program import MethodCalls
 from etmlx.runtime_shim.pte_file import program_identity, read_pte
 from etmlx.serializer.constants import BACKEND_ID
 
+from . import executorch_runtime
 from .library import (
     INDEX_RANGE_ERROR, clear_last_error, last_error, last_error_detail, read_state, take_last_state, write_state,
 )
@@ -30,8 +31,7 @@ class ExecutorchProgram(MethodCalls):
     """
 
     def __init__(self, path_or_bytes):
-        from executorch.runtime import Runtime
-
+        Runtime = executorch_runtime.runtime()
         pte = read_pte(path_or_bytes)  # the plans, for checking inputs; PteFormatError if malformed
         check_program(pte.program)
         self._expected = {plan.name: method_io.expected_inputs(plan) for plan in pte.program.plans}
