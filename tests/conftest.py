@@ -15,3 +15,25 @@ def _seeded():
     that passes once passes always."""
     torch.manual_seed(0)
     np.random.seed(0)
+
+
+# The files that take longest (tens of seconds each on 2 cores), run first. ``make test``
+# hands whole files to its workers in collection order (``--dist loadfile``), so a long
+# file collected last would run alone at the end while the other worker idles.
+LONGEST_FIRST = (
+    "distributed/test_tensor_parallel.py", "models/test_causal_lm_families.py", "lowering/test_dtype_walk.py",
+    "models/test_kv_cache_growth.py", "cli/test_cli.py", "models/test_sliding_window.py", "lowering/test_attention.py",
+    "lowering/test_shape.py", "models/test_hf_models.py", "delegate_ops/test_delegate_ops.py",
+    "runtime_shim/test_limits.py", "models/test_mixture_of_experts.py", "generation/test_llm_apps.py",
+    "fuzz/test_fuzz.py", "lowering/test_elementwise.py", "models/test_quantized_kv_cache.py",
+)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    root = os.path.dirname(__file__)
+
+    def rank(item):
+        path = os.path.relpath(str(item.path), root)
+        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the rest, and every file's own order, unchanged

@@ -84,8 +84,8 @@ def test_a_write_past_the_window_is_refused_changing_nothing(stepped):
 @pytest.fixture(scope="module")
 def long_and_short(tmp_path_factory):
     """One model exported for a 32768-token and a 512-token context: at capacity their
-    caches take 256 MiB and 4 MiB (4 layers of 2 kv heads of 128, fp32)."""
-    model = llm.tiny_llama(hidden=512, layers=4, max_cache=512)
+    caches take 128 MiB and 2 MiB (2 layers of 2 kv heads of 128, fp32)."""
+    model = llm.tiny_llama(hidden=512, layers=2, max_cache=512)
     directory = tmp_path_factory.mktemp("contexts")
     paths = {}
     for capacity in (32768, 512):
@@ -98,8 +98,8 @@ def long_and_short(tmp_path_factory):
 def test_a_long_context_holding_40_tokens_costs_what_a_short_one_does(long_and_short, runtime):
     """Peak resident memory of a fresh process that loads the file and prefills 40
     tokens: the 32k-context export within 48 MiB of the 512-context one (a whole
-    32k cache would be 252 MiB more)."""
-    assert inspect_program(long_and_short[32768])["held_bytes"]["growing_buffers"] == 256 * MIB
+    32k cache would be 126 MiB more)."""
+    assert inspect_program(long_and_short[32768])["held_bytes"]["growing_buffers"] == 128 * MIB
     peaks = {}
     for capacity, path in long_and_short.items():
         child = subprocess.run([sys.executable, str(BENCH_LOAD), "--child", runtime, str(path), "--held", "40"],
