@@ -276,9 +276,9 @@ def expand_delegate_ops(program) -> bool:
     mark_frozen_placeholders(program)  # gather_qmm's check needs its weights fixed
     found = False
     for node in list(graph.nodes):
-        if node.op == "call_function" and getattr(node.target, "_schema", None) is not None \
-                and node.target._schema.name in _OFF_GRAPH:
-            raise ExportError(f"{node.target._schema.name} ({node.name}): {_OFF_GRAPH[node.target._schema.name]}")
+        schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+        if schema is not None and schema.name in _OFF_GRAPH:
+            raise ExportError(f"{schema.name} ({node.name}): {_OFF_GRAPH[schema.name]}")
         functionalized = _functionalized_delegate_op(node)
         if functionalized is not None:
             found = True
@@ -311,10 +311,8 @@ def _expand_functionalized(program, node: fx.Node, name: str) -> None:
     """An ``auto_functionalized_v2`` call of a mutating ``mlx::`` op, rewritten into the
     functional ATen computation of the new value of each tensor it mutates; the program's
     outputs that wrote those values back to their buffers name the new nodes."""
-    if name not in _FUNCTIONALIZED:
-        reason = f"functionalized: {_unknown(name)}" if name not in _EXPANSIONS else \
-            f"functionalized: etmlx lowers this op in its functional form only for mlx::{', mlx::'.join(_FUNCTIONALIZED)}"
-        raise ExportError(f"mlx::{name} ({node.name}): {reason}")
+    if name not in _FUNCTIONALIZED:  # every mutating op etmlx lowers is there
+        raise ExportError(f"mlx::{name} ({node.name}): {_unknown(name)}")
     try:
         bound = bind_functionalized(node)
     except ValueError as error:
