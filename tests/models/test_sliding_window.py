@@ -13,6 +13,7 @@ from etmlx.chat import Chat
 from etmlx.inspection import inspect_program
 from etmlx.runtime_shim.errors import IndexRangeError
 from examples import llm
+from windowing import window_slices
 
 WINDOW, CHUNK, CAPACITY = 16, 8, 128
 TOKENS = [(7 * i + 3) % 128 for i in range(3 * WINDOW + 12)]  # past three windows
@@ -68,6 +69,11 @@ def test_sliding_layers_hold_their_window_and_the_rewind(exported):
         else:
             assert cache["shape"][2] == CAPACITY and cache["grows_along"] == 2
     assert sliding and (family == "Mistral") == (len(sliding) == model.config.num_hidden_layers)
+    if family == "Gemma2":  # softcapped logits, which SDPA cannot compute: its own eager attention, each op on MLX,
+        assert "Sdpa" not in delegate["nodes"] and "Tanh" in delegate["nodes"]
+        assert window_slices(path) >= 3  # its full layer's keys, values and mask sliced to the window
+    else:
+        assert "Sdpa" in delegate["nodes"]
 
 
 def test_logits_equal_eager_at_every_step_past_three_windows(exported):
