@@ -48,19 +48,40 @@ def _step(model) -> Probe:
         batch, heads, length = query.shape[:3]
         return query.new_zeros(batch, length, heads, value.shape[-1]), None
 
-    cache = StaticCache(config=model.config.get_text_config(), max_cache_len=1)
     AttentionInterface.register(_PROBE, recorded)
     AttentionMaskInterface.register(_PROBE, sdpa_mask)
     try:
-        with attention_implementation(model, _PROBE), torch.no_grad():
-            model(input_ids=torch.zeros(1, 1, dtype=torch.long), past_key_values=cache, use_cache=True,
-                  cache_position=torch.arange(1))
-    except Exception as error:
-        raise ExportError(f"{type(model).__name__} does not run one eager step over transformers' static cache: "
-                          f"{type(error).__name__}: {first_line(error)}") from error
+        cache = _run_fake(model)
+    except Exception:  # a step fake tensors cannot take (a value read on the host): run it on the weights
+        cache = None
+    if cache is None:
+        calls.clear()
+        try:
+            cache = _run(model)
+        except Exception as error:
+            raise ExportError(f"{type(model).__name__} does not run one eager step over transformers' static cache: "
+                              f"{type(error).__name__}: {first_line(error)}") from error
     shapes = tuple((layer.num_heads, layer.k_head_dim, layer.v_head_dim) if layer.is_initialized else None
                    for layer in cache.layers)
     return Probe(shapes, bool(calls))
+
+
+def _run(model):
+    """The step, over a static cache it allocates as it writes; the cache."""
+    cache = StaticCache(config=model.config.get_text_config(), max_cache_len=1)
+    with attention_implementation(model, _PROBE), torch.no_grad():
+        model(input_ids=torch.zeros(1, 1, dtype=torch.long), past_key_values=cache, use_cache=True,
+              cache_position=torch.arange(1))
+    return cache
+
+
+def _run_fake(model):
+    """``_run`` on fake tensors: only shapes are computed, so no weight is read (a
+    checkpoint's mapped pages stay on disk, deferred quantized values stay unmade)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        return _run(model)
 
 
 @contextlib.contextmanager

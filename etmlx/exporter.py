@@ -1,6 +1,7 @@
 """``etmlx.export``: nn.Module -> torch.export -> MLX partition and lowering -> .pte."""
 
 import contextlib
+import functools
 import logging
 import os
 from dataclasses import dataclass, field
@@ -81,6 +82,8 @@ def lower_methods(methods: dict):
         for name, program in methods.items()
     }
     edge = to_edge(retargeted, constant_methods=constants or None, compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    for name in methods:
+        _share_weights_when_copied(edge.exported_program(name))
     edge = edge.to_backend(partitioner)
     try:
         for name in methods:
@@ -176,6 +179,31 @@ def _refuse_declined_custom_ops(report) -> None:
                        if operator.startswith("etmlx::") for _, reason in entry.declined})
     if declined:
         raise ExportError(f"ExecuTorch has no kernel for etmlx's own ops that MLX declined ({'; '.join(declined)})")
+
+
+def _share_weights_when_copied(program) -> None:
+    """ExecuTorch's ``to_backend`` hands each backend's ``preprocess`` a deep copy of the
+    claimed part of the program, weights included: a second copy of the whole model in
+    memory (of a memory-mapped checkpoint's too, so far only read in place). The
+    program's parameters become ``_SharedWhenCopied`` parameters over the same storage,
+    which such a copy shares: preprocess only reads them."""
+    import torch
+
+    for name, value in program.state_dict.items():
+        if isinstance(value, torch.nn.Parameter) and type(value) is torch.nn.Parameter:
+            program.state_dict[name] = _shared_when_copied()(value, requires_grad=False)
+
+
+@functools.cache
+def _shared_when_copied():
+    import torch
+
+    class _SharedWhenCopied(torch.nn.Parameter):
+        def __deepcopy__(self, memo):
+            memo[id(self)] = self
+            return self
+
+    return _SharedWhenCopied
 
 
 def _keep_initial_values(program) -> None:

@@ -25,7 +25,8 @@ def add_commands(commands) -> None:
     export.add_argument("--quantize", choices=CHOICES, help="weight-only quantization (MLX's quantized kernels; "
                         "--group-size does not apply to mxfp4, mxfp8 and nvfp4)")
     export.add_argument("--group-size", type=_positive, default=64, help="values per quantization group (default 64)")
-    export.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    export.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="of the weights and "
+                        "activations (default: the checkpoint's, read in place; a GGUF file's: float32)")
     export.add_argument("--kv-bits", type=int, choices=QUANTIZED_CACHE_BITS, help="quantize the KV cache to this many "
                         "bits (full-attention layers; mx.quantize's affine layout, as mlx-lm's --kv-bits)")
     export.add_argument("--kv-group-size", type=_positive, default=64, help="values of a head per KV-cache "

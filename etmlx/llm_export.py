@@ -2,11 +2,12 @@
 a ``.pte`` that ExecuTorch's LLM runner and ``etmlx generate`` drive (``etmlx.causal_lm``),
 with the tokenizer files beside it."""
 
+import glob
 import os
 import shutil
 import time
 
-from . import gguf_model
+from . import gguf_model, safetensors_file
 from .errors import ExportError, first_line
 
 DEFAULT_MAX_CONTEXT = 2048
@@ -17,7 +18,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 
 def export_llm(model_dir, output, max_context=None, max_seq_len: int = 128, quantize=None, group_size=64,
-               dtype: str = "float32", sample_on_device: bool = False, kv_bits=None, kv_group_size: int = 64,
+               dtype=None, sample_on_device: bool = False, kv_bits=None, kv_group_size: int = 64,
                progress=None):
     """Exports the causal LM in ``model_dir`` (a checkpoint folder, a Hugging Face Hub id,
     ``checkpoint_folder``, or a ``.gguf`` file, its quantized weights kept as they are:
@@ -28,27 +29,36 @@ def export_llm(model_dir, output, max_context=None, max_seq_len: int = 128, quan
     ``max_position_embeddings``, at most 2048); ``max_seq_len``: the most tokens one call
     takes (longer prompts are prefilled in chunks); ``quantize``: a width ("int4") or a
     recipe ("mixed_4_6"), as ``etmlx.export`` takes them, per ``group_size``; ``dtype``:
-    of the weights and activations; ``sample_on_device``: also a ``sample`` method; ``kv_bits``
+    of the weights and activations (default: the checkpoint's, read in place from its
+    memory-mapped files; a GGUF file's: float32); ``sample_on_device``: also a ``sample`` method; ``kv_bits``
     (4 or 8): a quantized KV cache, in groups of ``kv_group_size`` (``causal_lm.export_methods``).
     ``progress(stage, seconds)`` is told of each stage as it ends."""
+    from etmlx.lowering import deferred
+
+    if dtype is not None and dtype not in DTYPES:
+        raise ExportError(f"dtype={dtype!r}: expected one of {', '.join(DTYPES)}")
+    with deferred.scope():  # quantized weights' integers are computed as they are packed
+        return _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_size, dtype, sample_on_device,
+                           kv_bits, kv_group_size, progress or (lambda stage, seconds: None))
+
+
+def _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_size, dtype, sample_on_device, kv_bits,
+                kv_group_size, report):
     import torch
 
     from . import causal_lm
     from .exporter import export_methods
 
-    report = progress or (lambda stage, seconds: None)
-    if dtype not in DTYPES:
-        raise ExportError(f"dtype={dtype!r}: expected one of {', '.join(DTYPES)}")
     started = time.perf_counter()
     formats, declined, tokenizer = {}, {}, None
     if gguf_model.is_gguf(model_dir):
         if quantize is not None:
             raise ExportError(f"quantize={quantize!r} with a GGUF file: its own quantization is kept (drop --quantize)")
-        loaded = gguf_model.load(model_dir, getattr(torch, dtype))
+        loaded = gguf_model.load(model_dir, getattr(torch, dtype or "float32"))
         model, tokenizer, formats, declined = loaded.model, loaded.tokenizer, loaded.formats, loaded.declined
     else:
         model_dir = checkpoint_folder(model_dir)
-        model = _load(model_dir, getattr(torch, dtype))
+        model = _load(model_dir, "auto" if dtype is None else getattr(torch, dtype))
     capacity = max_context or min(getattr(model.config, "max_position_embeddings", None) or DEFAULT_MAX_CONTEXT,
                                   DEFAULT_MAX_CONTEXT)
     if not isinstance(capacity, int) or capacity < 1:
@@ -56,9 +66,9 @@ def export_llm(model_dir, output, max_context=None, max_seq_len: int = 128, quan
     causal_lm.with_static_cache(model, capacity)
     quantized = tuple(formats)
     if quantize is not None:
-        from .quantization import formats as formats_of, quantized_copy
+        from .quantization import formats as formats_of, quantize as quantize_weights
 
-        model, quantized = quantized_copy(model, quantize, group_size)
+        model, quantized = quantize_weights(model, quantize, group_size, deferred=True)  # the model is ours
         formats = formats_of(model, quantized)
     report("load", time.perf_counter() - started)
     started = time.perf_counter()
@@ -105,11 +115,28 @@ def _load(model_dir, dtype):
         raise ExportError(f"{model_dir}: no such directory (a Hugging Face checkpoint folder: config.json, weights, tokenizer)")
     if not os.path.isfile(os.path.join(model_dir, "config.json")):
         raise ExportError(f"{model_dir} has no config.json: not a Hugging Face checkpoint folder")
+    for path in sorted(glob.glob(os.path.join(model_dir, "*.safetensors"))):
+        safetensors_file.check(path)
     try:
         AutoConfig.from_pretrained(model_dir)  # an unknown model_type fails here, by name
-        return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).eval()
+        model, info = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, output_loading_info=True)
     except (ValueError, OSError, KeyError) as error:
         raise ExportError(f"transformers cannot load {model_dir} as a causal LM: {first_line(error)}") from error
+    _refuse_incomplete(model_dir, type(model).__name__, info)
+    return model.eval()
+
+
+def _refuse_incomplete(model_dir, model_class: str, info: dict) -> None:
+    """transformers fills a tensor the checkpoint lacks (or has in another shape) with
+    random values and carries on: a model that computes garbage. Refused, by name."""
+    missing = sorted(info.get("missing_keys") or ())
+    mismatched = sorted(f"{key} (checkpoint {tuple(found)}, model {tuple(wanted)})"
+                        for key, found, wanted in info.get("mismatched_keys") or ())
+    for problem, names in (("lacks", missing), ("has other shapes for", mismatched)):
+        if names:
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+            raise ExportError(f"{model_dir} {problem} {len(names)} tensor(s) {model_class} needs: {shown} "
+                              "(transformers would fill them with random values)")
 
 
 def _saved_tokenizer(tokenizer, destination) -> list:

@@ -13,27 +13,35 @@ SCHEMES = ("int2", "int3", "int4", "int5", "int6", "int8")  # the widths MLX's k
 
 
 def quantized_copy(module, scheme: str, group_size=64, embeddings: bool = True):
-    """A copy of ``module`` (the caller's stays float) with the weights of its linear
-    layers, of its embeddings unless ``embeddings`` is False, and of transformers' expert
-    stacks, quantized to ``scheme`` per group of ``group_size`` values of each row;
-    ``group_size=None`` means one group per row (per channel). A ``mixed_*`` scheme gives
-    each layer one of two widths (``_mixed_width``). Returns (the copy, the names of the
-    quantized layers and expert stacks)."""
+    """A copy of ``module`` (the caller's stays float) quantized by ``quantize``; returns
+    (the copy, the names of the quantized layers and expert stacks)."""
+    _check(scheme, group_size)
+    return quantize(copy.deepcopy(module), scheme, group_size, embeddings)
+
+
+def quantize(module, scheme: str, group_size=64, embeddings: bool = True, deferred: bool = False):
+    """Quantizes in place the weights of ``module``'s linear layers, of its embeddings
+    unless ``embeddings`` is False, and of transformers' expert stacks, to ``scheme`` per
+    group of ``group_size`` values of each row; ``group_size=None`` means one group per
+    row (per channel). A ``mixed_*`` scheme gives each layer one of two widths
+    (``_mixed_width``). A weight several layers share (a head tied to the embedding) is
+    quantized once and stays shared. Returns (``module``, the names of the quantized
+    layers and expert stacks).
+
+    ``deferred``: the integer values of linear and embedding weights are placeholders
+    computed when lowering packs them (``lowering/deferred.py``; inside its ``scope()``),
+    from the float weight, which is only read: scales and zero points are computed now."""
     import torch
     from torchao.quantization import IntxWeightOnlyConfig, quantize_
     from torchao.quantization.granularity import PerAxis, PerGroup
 
-    if scheme not in CHOICES:
-        raise ExportError(f"quantize={scheme!r}: etmlx quantizes to {', '.join(CHOICES)}")
+    _check(scheme, group_size)
     if scheme in FLOAT_SCHEMES:
-        return _float_quantized_copy(module, scheme, embeddings)
-    if group_size is not None and (not isinstance(group_size, int) or group_size <= 0 or group_size % 32):
-        raise ExportError(f"group_size={group_size!r}: MLX takes multiples of 32 (32, 64, 128, ...)")
+        return _float_quantize(module, scheme, embeddings)
     kinds = (torch.nn.Linear, torch.nn.Embedding) if embeddings else (torch.nn.Linear,)
-    quantized = copy.deepcopy(module)
-    width = _mixed_width(quantized, *MIXED[scheme]) if scheme in MIXED else lambda name, layer: scheme
-    names = []
-    for name, layer in list(quantized.named_modules()):
+    width = _mixed_width(module, *MIXED[scheme]) if scheme in MIXED else lambda name, layer: scheme
+    names, done = [], {}  # done: id of a float weight -> the parameter it became
+    for name, layer in list(module.named_modules()):
         if _is_experts(layer):
             stacks = _quantize_expert_stacks(layer, lambda stack: width(f"{name}.{stack}", None), group_size)
             names += [f"{name}.{stack}".lstrip(".") for stack in stacks]
@@ -42,11 +50,75 @@ def quantized_copy(module, scheme: str, group_size=64, embeddings: bool = True):
         columns = layer.weight.shape[1]
         if group_size is not None and columns % group_size:
             continue  # rows that do not divide into groups stay float
-        granularity = PerAxis(0) if group_size is None else PerGroup(group_size)
-        config = IntxWeightOnlyConfig(weight_dtype=getattr(torch, width(name, layer)), granularity=granularity)
-        quantize_(layer, config, filter_fn=lambda candidate, _: candidate is layer)
+        float_weight = layer.weight
+        if id(float_weight) in done:
+            layer.weight = done[id(float_weight)]
+        elif deferred:
+            with torch.no_grad():
+                weight = _deferred_intx(float_weight, width(name, layer), group_size)
+            layer.weight = torch.nn.Parameter(weight, requires_grad=False)
+        else:
+            granularity = PerAxis(0) if group_size is None else PerGroup(group_size)
+            config = IntxWeightOnlyConfig(weight_dtype=getattr(torch, width(name, layer)), granularity=granularity)
+            quantize_(layer, config, filter_fn=lambda candidate, _: candidate is layer)
+        done[id(float_weight)] = layer.weight
         names.append(name)
-    return quantized, names
+    return module, names
+
+
+def _check(scheme: str, group_size) -> None:
+    if scheme not in CHOICES:
+        raise ExportError(f"quantize={scheme!r}: etmlx quantizes to {', '.join(CHOICES)}")
+    if scheme in FLOAT_SCHEMES:
+        return
+    if group_size is not None and (not isinstance(group_size, int) or group_size <= 0 or group_size % 32):
+        raise ExportError(f"group_size={group_size!r}: MLX takes multiples of 32 (32, 64, 128, ...)")
+
+
+ROWS_AT_ONCE_VALUES = 2**24  # a weight is quantized in blocks of rows of about this many values
+
+
+def _row_blocks(rows: int, columns: int):
+    step = max(1, ROWS_AT_ONCE_VALUES // columns)
+    return [slice(start, min(start + step, rows)) for start in range(0, rows, step)]
+
+
+def _deferred_intx(weight, scheme: str, group_size):
+    """What torchao's ``IntxWeightOnlyConfig`` makes of ``weight`` (symmetric, int8
+    storage, a scale and zero point per group), its integer values a deferred constant
+    computed by torchao's ``quantize_affine`` when read. Both halves go over blocks of
+    rows (each row's groups are its own), so only a block is widened at a time; the
+    pages of a mapped checkpoint's weight are given back after each read."""
+    import torch
+    from torchao.quantization import IntxUnpackedToInt8Tensor
+    from torchao.quantization.quant_primitives import (
+        _DTYPE_TO_QVALUE_BOUNDS, MappingType, choose_qparams_affine, quantize_affine)
+
+    from etmlx.lowering import deferred
+
+    from .mapped_pages import release
+
+    target = getattr(torch, scheme)
+    qmin, qmax = _DTYPE_TO_QVALUE_BOUNDS[target]
+    rows, columns = weight.shape
+    block_size = (1, columns if group_size is None else group_size)
+    blocks = _row_blocks(rows, columns)
+    parts = [choose_qparams_affine(weight[rows_], MappingType.SYMMETRIC, block_size, torch.int8, qmin, qmax,
+                                   zero_point_dtype=torch.int8, keepdim=True) for rows_ in blocks]
+    scale, zero_point = (torch.cat(part) for part in zip(*parts))
+    release(weight)
+
+    def integers():
+        qdata = torch.empty(weight.shape, dtype=torch.int8)
+        with torch.no_grad():
+            for rows_ in blocks:
+                qdata[rows_] = quantize_affine(weight[rows_], block_size, scale[rows_], zero_point[rows_],
+                                               output_dtype=torch.int8, quant_min=qmin, quant_max=qmax)
+        release(weight)
+        return qdata
+
+    qdata = deferred.placeholder(weight.shape, torch.int8, integers)
+    return IntxUnpackedToInt8Tensor(qdata, scale, zero_point, target, block_size, weight.dtype, None)
 
 
 def formats(model, names) -> dict:
@@ -83,8 +155,8 @@ FLOAT_SCHEMES = {"mxfp4": 32, "mxfp8": 32, "nvfp4": 16}
 CHOICES = SCHEMES + tuple(MIXED) + tuple(FLOAT_SCHEMES)  # what quantize= takes
 
 
-def _float_quantized_copy(module, scheme: str, embeddings: bool):
-    """``quantized_copy`` in a float mode: ExecuTorch's ``ExportableMXConfig`` (FP8 E4M3
+def _float_quantize(module, scheme: str, embeddings: bool):
+    """``quantize`` in a float mode: ExecuTorch's ``ExportableMXConfig`` (FP8 E4M3
     values, a power of two per 32) or ``ExportableNVFP4Config`` (FP4 values, an FP8 scale
     per 16 and one per tensor), or for mxfp4 ``Mxfp4Tensor`` (FP4 values, a power of two
     per 32), on each linear layer (and embedding) whose rows divide into the mode's
@@ -94,21 +166,20 @@ def _float_quantized_copy(module, scheme: str, embeddings: bool):
 
     group = FLOAT_SCHEMES[scheme]
     kinds = (torch.nn.Linear, torch.nn.Embedding) if embeddings else (torch.nn.Linear,)
-    quantized = copy.deepcopy(module)
     rows = group if scheme == "nvfp4" else 1  # NVFP4's kernels tile rows by 16 too
-    names = [name for name, layer in quantized.named_modules()
+    names = [name for name, layer in module.named_modules()
              if isinstance(layer, kinds) and layer.weight.shape[0] % rows == 0 and layer.weight.shape[1] % group == 0]
-    chosen = {id(quantized.get_submodule(name)) for name in names}
+    chosen = {id(module.get_submodule(name)) for name in names}
     with torch.no_grad():
         if scheme == "mxfp4":
             from .mxfp4 import Mxfp4Tensor
 
             for name in names:
-                layer = quantized.get_submodule(name)
+                layer = module.get_submodule(name)
                 layer.weight = torch.nn.Parameter(Mxfp4Tensor.from_float(layer.weight), requires_grad=False)
         else:
-            quantize_(quantized, _exportable_config(scheme), filter_fn=lambda candidate, _: id(candidate) in chosen)
-    return quantized, names
+            quantize_(module, _exportable_config(scheme), filter_fn=lambda candidate, _: id(candidate) in chosen)
+    return module, names
 
 
 def _exportable_config(scheme: str):

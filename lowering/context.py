@@ -6,10 +6,13 @@ from typing import Optional, Sequence
 import torch
 from torch import fx
 
+from etmlx.mapped_pages import release
 from etmlx.serializer.generated.etmlx_ir import Graph, MutableBuffer, NamedTensor, Node, Op, Value
+from etmlx.mapped_pages import release
 from etmlx.serializer.generated.etmlx_ir.ValueKind import ValueKind
 from etmlx.serializer.ir import IntOrSlotT, TidT, int_or_slot, tid
 
+from . import deferred
 from .dtypes import ir_dtype, tensor_bytes
 
 CONSTANT_KEY_PREFIX = "etmlx."
@@ -36,7 +39,7 @@ class LoweringContext:
         self._bytes: dict = {}  # named-data key -> the bytes, stored by ``store_named_data``
         self._tensors: dict = {}  # fx node (or (node, index)) -> TidT
         self._ints: dict = {}  # fx node -> IntOrSlotT
-        self.constant_values: dict = {}  # fx node -> torch.Tensor
+        self.constant_values: dict = ConstantValues()  # fx node -> torch.Tensor
         self._buffers: dict = {}  # buffer placeholder -> MutableBufferT
         self._made_once: dict = {}  # key -> slot (``once``)
 
@@ -158,12 +161,24 @@ class LoweringContext:
 
     def _named_tensor(self, ref: TidT, value: torch.Tensor):
         data = tensor_bytes(value)
+        release(value)  # a weight stored as it was loaded: its pages of the checkpoint
         key = constant_key(data)
         self._bytes[key] = data
         named = NamedTensor.NamedTensorT()
         named.slot, named.key = ref.idx, key
         named.dtype, named.shape = ir_dtype(value.dtype), list(value.shape)
         return named
+
+
+class ConstantValues(dict):
+    """fx node -> its value at export, a deferred constant computed as it is read
+    (``lowering/deferred.py``): only the weight a rule is packing is ever held whole."""
+
+    def __getitem__(self, node):
+        return deferred.resolve(super().__getitem__(node))
+
+    def get(self, node, default=None):
+        return self[node] if node in self else default
 
 
 def _value(kind: int, slot: int):

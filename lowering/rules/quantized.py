@@ -15,6 +15,7 @@ group of 16) is declined: its ``dequantize_affine`` is evaluated at export (``_l
 the layer runs on the float weight, computing what torchao computes.
 """
 
+import sys
 from typing import Optional
 
 import torch
@@ -87,7 +88,7 @@ def mlx_layout(qdata, scale, zero_point, group_size: int, bits: int, dtype, narr
     *rows, columns = qdata.shape
     mlx_group = _mlx_group_size(group_size)
     offset = 2 ** (bits - 1)
-    packed = _bitstream(qdata.to(torch.int64) + offset, bits)
+    packed = _bitstream(qdata.to(torch.int16) + offset, bits)
     zero = torch.zeros_like(scale, dtype=torch.float64) if zero_point is None else zero_point.to(torch.float64)
     biases = -scale.to(torch.float64) * (zero + offset)
     # what the zero point's own float32 rounding leaves uncertain in each bias: 2 ulps of it
@@ -117,16 +118,47 @@ def nibbles(packed):
 def _bitstream(unsigned, bits: int):
     """Each row's values as MLX packs them, a little-endian stream of ``bits`` bits a
     value in uint32 words (value i at bits ``i * bits``; at 3, 5 and 6 bits some straddle
-    two words)."""
+    two words). Rows go in blocks, so a weight is widened a block at a time."""
     *rows, columns = unsigned.shape
+    flat = unsigned.reshape(-1, columns)
+    words = torch.empty(flat.shape[0], columns * bits // 32, dtype=torch.int32)
+    step = max(1, 2**22 // max(columns, 1))
+    pack = _bytes_of_values if 8 % bits == 0 else _words_of_values
+    for start in range(0, flat.shape[0], step):
+        words[start:start + step] = pack(flat[start:start + step], bits)
+    return words.reshape(*rows, -1).view(torch.uint32)
+
+
+def _bytes_of_values(unsigned, bits: int):
+    """``_bitstream``'s words where a value never straddles a byte (2, 4 and 8 bits): the
+    values of each byte or-ed at their shifts, four bytes a little-endian word."""
+    values = unsigned.to(torch.uint8)
+    per_byte = 8 // bits
+    packed = values[:, 0::per_byte].clone()
+    for j in range(1, per_byte):
+        packed |= values[:, j::per_byte] << (j * bits)
+    return packed.view(torch.int32) if sys.byteorder == "little" else _little_endian_words(packed)
+
+
+def _little_endian_words(packed):
+    quads = packed.to(torch.int64).reshape(packed.shape[0], -1, 4)
+    words = quads[..., 0] | quads[..., 1] << 8 | quads[..., 2] << 16 | quads[..., 3] << 24
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
+def _words_of_values(unsigned, bits: int):
+    """``_bitstream``'s words in general: each value's bits added at its offset in the
+    stream, the high part of a straddling value in the next word."""
+    columns = unsigned.shape[-1]
+    unsigned = unsigned.to(torch.int64)
     start = torch.arange(columns, dtype=torch.int64) * bits
     word, shift = start // 32, start % 32
     shifted = unsigned << shift
-    words = torch.zeros(*rows, columns * bits // 32 + 1, dtype=torch.int64)
+    words = torch.zeros(unsigned.shape[0], columns * bits // 32 + 1, dtype=torch.int64)
     words.index_add_(-1, word, shifted & 0xFFFFFFFF)
     words.index_add_(-1, word + 1, shifted >> 32)  # the straddling high bits; zero elsewhere
     words = words[..., :-1]
-    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32).view(torch.uint32)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
 
 
 def check_fixed_at_export(parts, is_fixed=is_frozen_placeholder) -> Optional[str]:

@@ -1,0 +1,108 @@
+"""Exporting a real-size language model: ``etmlx export-llm`` against ``mlx_lm.convert`` on
+the same checkpoint folder (random bfloat16 weights of a real model's shape, written by
+bench/checkpoints.py), each in a fresh process, one after the other in this run: wall time,
+peak resident memory (the child's ``ru_maxrss``: anonymous and file-backed pages alike) and
+what it wrote. A shape may name fewer layers (``llama-3.2-1b:8``): the peak of two depths
+shows what grows with the model's depth.
+
+    python bench/bench_export_llm.py                                   # 1B shape, 16 and 8 layers, int4
+    python bench/bench_export_llm.py --shapes llama-3.1-8b --work /big/disk
+    python bench/bench_export_llm.py --quantize none --dtype float32   # etmlx options as export-llm takes them
+"""
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+GIB = 2**30
+
+
+def run(command: list) -> tuple:
+    """(seconds, peak resident bytes) of ``command`` in a child process; its output is
+    passed through; a failure ends the benchmark with the command named."""
+    start = time.perf_counter()
+    child = subprocess.Popen(command)
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - start
+    if status:
+        sys.exit(f"failed ({status}): {' '.join(command)}")
+    return seconds, usage.ru_maxrss * 1024  # kB on Linux
+
+
+def size_of(path: str) -> int:
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(path, name)) for name in os.listdir(path) if name.endswith(".safetensors"))
+
+
+def checkpoint(work: str, spec: str) -> str:
+    from checkpoints import write_checkpoint
+
+    shape, _, layers = spec.partition(":")
+    directory = os.path.join(work, spec.replace(":", "-"))
+    if not os.path.isfile(os.path.join(directory, "model.safetensors.index.json")):
+        print(f"writing {directory}", file=sys.stderr, flush=True)
+        write_checkpoint(directory, shape, int(layers) if layers else None)
+    return directory
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", nargs="+", default=["llama-3.2-1b", "llama-3.2-1b:8"])
+    parser.add_argument("--quantize", default="int4", help="int4, int8, ... or none")
+    parser.add_argument("--group-size", type=int, default=64)
+    parser.add_argument("--dtype", help="etmlx's --dtype (default: the checkpoint's)")
+    parser.add_argument("--max-context", type=int, default=2048)
+    parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "etmlx-bench-export-llm"),
+                        help="where the checkpoints (kept, reused) and the outputs go")
+    parser.add_argument("--skip-mlx-lm", action="store_true")
+    args = parser.parse_args()
+    from etmlx.runtime_shim.blas import preload_openblas
+
+    quantize = None if args.quantize == "none" else args.quantize
+    rows = []
+    for spec in args.shapes:
+        directory = checkpoint(args.work, spec)
+        pte = os.path.join(args.work, f"{spec.replace(':', '-')}.pte")
+        command = [sys.executable, "-m", "etmlx.cli", "export-llm", directory, "-o", pte,
+                   "--max-context", str(args.max_context)]
+        if quantize:
+            command += ["--quantize", quantize, "--group-size", str(args.group_size)]
+        if args.dtype:
+            command += ["--dtype", args.dtype]
+        seconds, peak = run(command)
+        rows.append((spec, "etmlx export-llm", seconds, peak, size_of(pte)))
+        os.remove(pte)
+        if args.skip_mlx_lm:
+            continue
+        converted = os.path.join(args.work, f"{spec.replace(':', '-')}-mlx")
+        subprocess.run(["rm", "-rf", converted], check=True)
+        command = [sys.executable, "-m", "mlx_lm", "convert", "--hf-path", directory, "--mlx-path", converted]
+        if quantize:
+            command += ["-q", "--q-bits", quantize.removeprefix("int"), "--q-group-size", str(args.group_size)]
+        seconds, peak = run(command)
+        rows.append((spec, "mlx_lm.convert", seconds, peak, size_of(converted)))
+        subprocess.run(["rm", "-rf", converted], check=True)
+
+    print(f"\n{platform.machine()}, {os.cpu_count()} cores, BLAS: {preload_openblas()}; quantize {args.quantize}"
+          f" (groups of {args.group_size}), etmlx dtype {args.dtype or 'the checkpoint'}")
+    print(f"{'shape':<18}{'tool':<20}{'time':>9}{'peak RSS':>11}{'output':>10}{'time x':>8}{'peak x':>8}{'size x':>8}")
+    reference = {spec: row for spec, tool, *row in rows if tool == "mlx_lm.convert"}
+    for spec, tool, seconds, peak, size in rows:
+        ratios = ""
+        if spec in reference and tool != "mlx_lm.convert":
+            base = reference[spec]
+            ratios = f"{seconds / base[0]:>7.2f}x{peak / base[1]:>7.2f}x{size / base[2]:>7.3f}x"
+        print(f"{spec:<18}{tool:<20}{seconds:>8.1f}s{peak / GIB:>8.2f} GiB{size / GIB:>6.2f} GiB{ratios}")
+
+
+if __name__ == "__main__":
+    main()

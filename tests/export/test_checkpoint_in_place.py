@@ -1,0 +1,112 @@
+"""``export-llm`` reads a checkpoint in place: its weights stay memory-mapped in the
+checkpoint's dtype, a quantized weight's integers are made only as lowering packs it
+(lowering/deferred.py), and the program is byte for byte what quantizing the loaded
+model first writes. A damaged or incomplete checkpoint is one error that names it."""
+
+import os
+import shutil
+
+import pytest
+import torch
+
+from etmlx import mapped_pages, safetensors_file
+from etmlx.cli import main
+from etmlx.errors import ExportError
+from etmlx.lowering import deferred
+from examples import llm
+
+CONTEXT = 64
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A one-layer Llama saved in bfloat16, with its tokenizer."""
+    directory = tmp_path_factory.mktemp("bf16")
+    model = llm.tiny_llama(layers=1).to(torch.bfloat16)
+    model.save_pretrained(directory)
+    llm.train_tokenizer(model.config.vocab_size).save_pretrained(directory)
+    return directory
+
+
+def test_the_deferred_export_writes_the_bytes_of_quantizing_first(checkpoint, tmp_path):
+    """Default dtype (the checkpoint's bfloat16), int4: the same file as the model loaded
+    in bfloat16, quantized by torchao, then exported."""
+    from transformers import AutoModelForCausalLM
+
+    from etmlx import causal_lm
+    from etmlx.exporter import export_methods
+    from etmlx.llm_export import export_llm
+    from etmlx.quantization import quantized_copy
+
+    export_llm(checkpoint, tmp_path / "deferred.pte", max_context=CONTEXT, quantize="int4", group_size=32)
+    model = causal_lm.with_static_cache(AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16), CONTEXT)
+    quantized, names = quantized_copy(model, "int4", 32)
+    assert len(names) == 7 + 2
+    export_methods(causal_lm.export_methods(quantized, CONTEXT, CONTEXT), tmp_path / "eager.pte")
+    assert (tmp_path / "deferred.pte").read_bytes() == (tmp_path / "eager.pte").read_bytes()
+
+
+def _copy(checkpoint, tmp_path):
+    return shutil.copytree(checkpoint, tmp_path / "copy")
+
+
+def test_a_truncated_checkpoint_names_the_file_and_tensor(checkpoint, tmp_path, capsys):
+    copy = _copy(checkpoint, tmp_path)
+    weights = os.path.join(copy, "model.safetensors")
+    header = safetensors_file.check(weights)
+    last = max((name for name in header if name != "__metadata__"), key=lambda name: header[name]["data_offsets"][1])
+    os.truncate(weights, os.path.getsize(weights) - 10)
+    assert main(["export-llm", str(copy), "-o", str(tmp_path / "x.pte")]) == 1
+    assert f"model.safetensors: tensor {last} ends at byte" in capsys.readouterr().err
+    with open(weights, "r+b") as f:
+        f.write(b"\xff" * 8)  # a header longer than the file
+    with pytest.raises(ExportError, match="damaged safetensors file"):
+        safetensors_file.check(weights)
+
+
+def test_a_checkpoint_missing_a_tensor_is_refused_by_name(checkpoint, tmp_path, capsys):
+    from safetensors.torch import load_file, save_file
+
+    copy = _copy(checkpoint, tmp_path)
+    weights = os.path.join(copy, "model.safetensors")
+    tensors = load_file(weights)
+    del tensors["model.layers.0.mlp.down_proj.weight"]
+    save_file(tensors, weights, metadata={"format": "pt"})
+    assert main(["export-llm", str(copy), "-o", str(tmp_path / "x.pte")]) == 1
+    assert "lacks 1 tensor(s) LlamaForCausalLM needs: model.layers.0.mlp.down_proj.weight" in capsys.readouterr().err
+    assert not (tmp_path / "x.pte").exists()
+
+
+def _rss_file_kib() -> int:
+    with open("/proc/self/status") as f:
+        return int(next(line for line in f if line.startswith("RssFile:")).split()[1])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads Linux's /proc")
+def test_released_pages_of_a_mapped_file_read_back_the_same(tmp_path):
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.randn(2048, 1024)}, tmp_path / "w.safetensors")  # 8 MiB
+    with safe_open(tmp_path / "w.safetensors", framework="pt", backend="mmap") as f:
+        mapped = f.get_slice("w")[...]
+        total = mapped.sum()
+        before = _rss_file_kib()
+        assert mapped_pages.release(mapped)
+        assert _rss_file_kib() < before - 4096  # most of the 8 MiB given back
+        assert torch.equal(mapped.sum(), total)
+    anonymous = torch.randn(2048, 1024)
+    total = anonymous.sum()
+    assert not mapped_pages.release(anonymous) and torch.equal(anonymous.sum(), total)
+
+
+def test_deferred_constants_resolve_inside_their_scope_only():
+    with pytest.raises(RuntimeError, match="inside deferred.scope"):
+        deferred.placeholder((2, 3), torch.int8, lambda: torch.ones(2, 3, dtype=torch.int8))
+    with deferred.scope():
+        made = deferred.placeholder((2, 3), torch.int8, lambda: torch.full((2, 3), 7, dtype=torch.int8))
+        parameter = torch.nn.Parameter(made, requires_grad=False)  # what the edge passes hold: the same storage
+        assert torch.equal(deferred.resolve(parameter), torch.full((2, 3), 7, dtype=torch.int8))
+        view = made[1:]  # another tensor over part of it is not the placeholder
+        assert deferred.resolve(view) is view
+    assert deferred.resolve(made) is made
