@@ -28,13 +28,17 @@ def export_methods(methods, path, tensor_parallel=None, model=None):
     return _export_methods(methods, path, tensor_parallel, model)
 
 
-def export_llm(model_dir, output, max_context=None, max_seq_len=128, quantize=None, group_size=64, dtype="float32",
-               sample_on_device=False):
+def export_llm(model_dir, output, max_context=None, max_seq_len=128, quantize=None, group_size=64, dtype=None,
+               sample_on_device=False, kv_bits=None, kv_group_size=64, progress=None):
     """A Hugging Face causal-LM checkpoint folder (or Hub id, or GGUF file) to a ``.pte`` in
-    ExecuTorch's LLM-runner convention, its tokenizer files beside it (``etmlx/llm_export.py``)."""
+    ExecuTorch's LLM-runner convention, its tokenizer files beside it; the options are
+    ``etmlx export-llm``'s (``etmlx/llm_export.py``). ``dtype`` defaults to the
+    checkpoint's, whose files are then read in place."""
     from .llm_export import export_llm as _export_llm
 
-    return _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_size, dtype, sample_on_device)
+    return _export_llm(model_dir, output, max_context=max_context, max_seq_len=max_seq_len, quantize=quantize,
+                       group_size=group_size, dtype=dtype, sample_on_device=sample_on_device, kv_bits=kv_bits,
+                       kv_group_size=kv_group_size, progress=progress)
 
 
 def load(path_or_bytes, runtime: str = "python"):

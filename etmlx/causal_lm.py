@@ -88,7 +88,7 @@ def _trace(model, traced: dict, attention) -> dict:
     from .windowed_cache import batched_experts
 
     programs = {}
-    with attention, batched_experts(model), torch.no_grad(), warnings.catch_warnings():
+    with attention, batched_experts(model), _weights_not_cloned(), torch.no_grad(), warnings.catch_warnings():
         # transformers' output-capturing global trips a dynamo side-effect warning
         warnings.filterwarnings("ignore", message="While compiling, we found certain side effects")
         for name, (wrapper, arguments, shapes) in traced.items():
@@ -100,6 +100,28 @@ def _trace(model, traced: dict, attention) -> dict:
                 raise ExportError(f"{type(model).__name__} does not export as a causal LM over transformers' static "
                                   f"cache: {_trace_failure(error)}") from error
     return programs
+
+
+@contextlib.contextmanager
+def _weights_not_cloned():
+    """torch.export's strict tracer (dynamo) keeps a clone of every tensor it meets, in
+    case it must compute a real value while tracing: for a language model, a copy of all
+    its weights (and a read of every page of a memory-mapped checkpoint, of every
+    deferred quantized value) for a trace that never reads them. Parameters are kept
+    as they are instead; such a computation only reads them."""
+    import torch
+    from torch._dynamo.variables import builder
+
+    clone = builder._clone_input
+
+    def clone_unless_a_parameter(value, fake_mode):
+        return value if isinstance(value, torch.nn.Parameter) else clone(value, fake_mode)
+
+    builder._clone_input = clone_unless_a_parameter
+    try:
+        yield
+    finally:
+        builder._clone_input = clone
 
 
 def with_static_cache(model, max_context_len: int):

@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 
+from . import progress
 from .errors import EtMlxError
 from .quantization import CHOICES
 
@@ -117,10 +118,11 @@ def _export(args) -> int:
     if not isinstance(made, tuple) or len(made) not in (2, 3):
         raise EtMlxError("the factory must return (module, example_inputs) or (module, example_inputs, dynamic_shapes)")
     module, inputs, dynamic_shapes = (*made, None) if len(made) == 2 else made
-    result = export(
-        module, inputs, args.output, dynamic_shapes, args.quantize, args.group_size, args.quantize_embeddings,
-        args.tensor_parallel,
-    )
+    with progress.shown(sys.stderr.isatty()):
+        result = export(
+            module, inputs, args.output, dynamic_shapes, args.quantize, args.group_size, args.quantize_embeddings,
+            args.tensor_parallel,
+        )
     if args.tensor_parallel:
         sizes = ", ".join(f"{os.path.basename(rank.path)} {rank.size_bytes} bytes" for rank in result.ranks)
         print(f"wrote {result.path}: {result.size} ranks ({sizes})")

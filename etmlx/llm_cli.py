@@ -6,6 +6,7 @@ import os
 import sys
 from collections import Counter
 
+from . import progress
 from .errors import EtMlxError
 from .quantization import CHOICES
 from .serializer.constants import QUANTIZED_CACHE_BITS
@@ -87,8 +88,10 @@ def _export_llm(args) -> int:
     from .llm_export import export_llm
 
     _require_transformers("export-llm")
-    result = export_llm(args.model, args.output, args.max_context, args.max_seq_len, args.quantize, args.group_size,
-                        args.dtype, args.sample_on_device, args.kv_bits, args.kv_group_size, progress=_progress)
+    with progress.shown(sys.stderr.isatty()):
+        result = export_llm(args.model, args.output, args.max_context, args.max_seq_len, args.quantize,
+                            args.group_size, args.dtype, args.sample_on_device, args.kv_bits, args.kv_group_size,
+                            progress=_progress)
     print(f"wrote {result.path} ({result.size_bytes} bytes); {result.report.summary()}")
     if args.quantize:
         print(f"quantized to {args.quantize}: {len(result.quantized)} layer(s)")

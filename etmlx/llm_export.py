@@ -64,13 +64,15 @@ def _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_siz
     if not isinstance(capacity, int) or capacity < 1:
         raise ExportError(f"max_context={max_context!r}: expected a number of tokens, 1 or more")
     causal_lm.with_static_cache(model, capacity)
+    report("load", time.perf_counter() - started)
     quantized = tuple(formats)
     if quantize is not None:
         from .quantization import formats as formats_of, quantize as quantize_weights
 
+        started = time.perf_counter()
         model, quantized = quantize_weights(model, quantize, group_size, deferred=True)  # the model is ours
         formats = formats_of(model, quantized)
-    report("load", time.perf_counter() - started)
+        report("quantize (scales; the values as they are packed)", time.perf_counter() - started)
     started = time.perf_counter()
     methods = causal_lm.export_methods(model, min(max_seq_len, capacity), capacity, sample_on_device=sample_on_device,
                                        kv_bits=kv_bits, kv_group_size=kv_group_size)

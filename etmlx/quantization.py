@@ -75,7 +75,7 @@ def _check(scheme: str, group_size) -> None:
         raise ExportError(f"group_size={group_size!r}: MLX takes multiples of 32 (32, 64, 128, ...)")
 
 
-ROWS_AT_ONCE_VALUES = 2**24  # a weight is quantized in blocks of rows of about this many values
+ROWS_AT_ONCE_VALUES = 2**22  # a weight is quantized in blocks of rows of about this many values
 
 
 def _row_blocks(rows: int, columns: int):

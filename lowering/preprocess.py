@@ -10,6 +10,7 @@ from executorch.exir.backend.compile_spec_schema import CompileSpec
 from torch.export import ExportedProgram
 from torch.export.graph_signature import OutputKind
 
+from etmlx import progress
 from etmlx.errors import ExportError
 from etmlx.serializer import serialize
 
@@ -48,20 +49,23 @@ def lower_program(program: ExportedProgram, store: NamedDataStore):
         **signature.inputs_to_lifted_tensor_constants,
     }
     placeholders = {}
-    for node in program.graph.nodes:
-        if node.op == "placeholder":
-            placeholders[node.name] = node
-            target = constant_names.get(node.name)
-            if target is None:
-                ctx.add_input(node)
-            elif target in mutated:
-                ctx.add_buffer(node, target, _state(program, target))
-            else:
-                ctx.constant_values[node] = _state(program, target)
-        elif node.op == "call_function":
-            _lower_node(ctx, node)
-        elif node.op == "output":
-            _lower_outputs(ctx, program, node, placeholders)
+    calls = sum(node.op == "call_function" for node in program.graph.nodes)
+    with progress.bar("lowering to MLX", calls) as lowered:
+        for node in program.graph.nodes:
+            if node.op == "placeholder":
+                placeholders[node.name] = node
+                target = constant_names.get(node.name)
+                if target is None:
+                    ctx.add_input(node)
+                elif target in mutated:
+                    ctx.add_buffer(node, target, _state(program, target))
+                else:
+                    ctx.constant_values[node] = _state(program, target)
+            elif node.op == "call_function":
+                _lower_node(ctx, node)
+                lowered.advance()
+            elif node.op == "output":
+                _lower_outputs(ctx, program, node, placeholders)
     remove_dead_nodes(ctx.graph)
     grow_with_the_window(ctx.graph, ctx.holds_zeros)
     ctx.store_named_data()
