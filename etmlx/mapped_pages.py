@@ -18,13 +18,16 @@ _libc = None
 
 
 def release(tensor) -> bool:
-    """Drops the whole pages of ``tensor``'s storage from this process when they belong
-    to a mapping of a file (never anonymous memory, whose contents would be lost);
-    whether it did."""
+    """Drops the whole pages of ``tensor`` (a contiguous one's bytes, else its storage's)
+    from this process when they belong to a mapping of a file (never anonymous memory,
+    whose contents would be lost); whether it did."""
     if not sys.platform.startswith("linux"):
         return False
-    storage = tensor.untyped_storage()
-    start, size = storage.data_ptr(), storage.nbytes()
+    if tensor.is_contiguous():
+        start, size = tensor.data_ptr(), tensor.numel() * tensor.element_size()
+    else:
+        storage = tensor.untyped_storage()
+        start, size = storage.data_ptr(), storage.nbytes()
     first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
     end = (start + size) // mmap.PAGESIZE * mmap.PAGESIZE
     if size < SMALLEST or end <= first or not _in_file_mapping(start, start + size):

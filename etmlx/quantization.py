@@ -103,10 +103,12 @@ def _deferred_intx(weight, scheme: str, group_size):
     rows, columns = weight.shape
     block_size = (1, columns if group_size is None else group_size)
     blocks = _row_blocks(rows, columns)
-    parts = [choose_qparams_affine(weight[rows_], MappingType.SYMMETRIC, block_size, torch.int8, qmin, qmax,
-                                   zero_point_dtype=torch.int8, keepdim=True) for rows_ in blocks]
+    parts = []
+    for rows_ in blocks:
+        parts.append(choose_qparams_affine(weight[rows_], MappingType.SYMMETRIC, block_size, torch.int8, qmin, qmax,
+                                          zero_point_dtype=torch.int8, keepdim=True))
+        release(weight[rows_])
     scale, zero_point = (torch.cat(part) for part in zip(*parts))
-    release(weight)
 
     def integers():
         qdata = torch.empty(weight.shape, dtype=torch.int8)
@@ -114,7 +116,7 @@ def _deferred_intx(weight, scheme: str, group_size):
             for rows_ in blocks:
                 qdata[rows_] = quantize_affine(weight[rows_], block_size, scale[rows_], zero_point[rows_],
                                                output_dtype=torch.int8, quant_min=qmin, quant_max=qmax)
-        release(weight)
+                release(weight[rows_])
         return qdata
 
     qdata = deferred.placeholder(weight.shape, torch.int8, integers)

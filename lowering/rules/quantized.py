@@ -88,7 +88,7 @@ def mlx_layout(qdata, scale, zero_point, group_size: int, bits: int, dtype, narr
     *rows, columns = qdata.shape
     mlx_group = _mlx_group_size(group_size)
     offset = 2 ** (bits - 1)
-    packed = _bitstream(qdata.to(torch.int16) + offset, bits)
+    packed = _bitstream(qdata, bits, offset)
     zero = torch.zeros_like(scale, dtype=torch.float64) if zero_point is None else zero_point.to(torch.float64)
     biases = -scale.to(torch.float64) * (zero + offset)
     # what the zero point's own float32 rounding leaves uncertain in each bias: 2 ulps of it
@@ -115,17 +115,18 @@ def nibbles(packed):
     return torch.stack([packed & 15, packed >> 4], -1).flatten(-2).to(torch.int64)
 
 
-def _bitstream(unsigned, bits: int):
-    """Each row's values as MLX packs them, a little-endian stream of ``bits`` bits a
-    value in uint32 words (value i at bits ``i * bits``; at 3, 5 and 6 bits some straddle
-    two words). Rows go in blocks, so a weight is widened a block at a time."""
-    *rows, columns = unsigned.shape
-    flat = unsigned.reshape(-1, columns)
+def _bitstream(values, bits: int, offset: int = 0):
+    """Each row's ``values + offset`` (unsigned) as MLX packs them, a little-endian stream
+    of ``bits`` bits a value in uint32 words (value i at bits ``i * bits``; at 3, 5 and 6
+    bits some straddle two words). Rows go in blocks, so a weight is widened a block at a
+    time."""
+    *rows, columns = values.shape
+    flat = values.reshape(-1, columns)
     words = torch.empty(flat.shape[0], columns * bits // 32, dtype=torch.int32)
     step = max(1, 2**22 // max(columns, 1))
     pack = _bytes_of_values if 8 % bits == 0 else _words_of_values
     for start in range(0, flat.shape[0], step):
-        words[start:start + step] = pack(flat[start:start + step], bits)
+        words[start:start + step] = pack(flat[start:start + step].to(torch.int16) + offset, bits)
     return words.reshape(*rows, -1).view(torch.uint32)
 
 
