@@ -72,7 +72,7 @@ def _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_siz
         started = time.perf_counter()
         model, quantized = quantize_weights(model, quantize, group_size, deferred=True)  # the model is ours
         formats = formats_of(model, quantized)
-        report("quantize (scales; the values as they are packed)", time.perf_counter() - started)
+        report("quantize", time.perf_counter() - started)  # scales; the integers as they are packed
     started = time.perf_counter()
     methods = causal_lm.export_methods(model, min(max_seq_len, capacity), capacity, sample_on_device=sample_on_device,
                                        kv_bits=kv_bits, kv_group_size=kv_group_size)
