@@ -114,7 +114,27 @@ def _session(args):
     _require_transformers(args.command)
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.min_p, args.repetition_penalty, args.seed)
     session = Session(load(args.pte, runtime=args.runtime))
+    _note_half_precision_on_the_cpu(args.pte)
     return session, load_tokenizer(args.tokenizer or os.path.dirname(os.path.abspath(args.pte))), sampling
+
+
+def _note_half_precision_on_the_cpu(path) -> None:
+    """A program that computes in bfloat16 or float16 (export-llm's default for such a
+    checkpoint: fast on a Mac's GPU) runs several times slower on MLX's CPU kernels than
+    in float32; said once, before the first token, so a slow start has its reason."""
+    import mlx.core as mx
+
+    from .runtime_shim.describe import describe
+    from .runtime_shim.pte_file import read_pte
+
+    if mx.default_device() != mx.cpu:
+        return
+    forward = next((m for m in describe(read_pte(path)).methods if m.name == "forward"), None)
+    dtypes = {value.dtype for value in forward.outputs if value.kind == "tensor"} if forward else set()
+    half = dtypes & {"bfloat16", "float16"}
+    if half:
+        print(f"note: this program computes in {half.pop()}, which MLX's CPU kernels run several times slower than "
+              "float32 (quantized weights up to 35x): for the CPU, export with --dtype float32", file=sys.stderr)
 
 
 def _generate(args) -> int:

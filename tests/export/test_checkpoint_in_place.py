@@ -28,22 +28,34 @@ def checkpoint(tmp_path_factory):
     return directory
 
 
-def test_the_deferred_export_writes_the_bytes_of_quantizing_first(checkpoint, tmp_path):
-    """Default dtype (the checkpoint's bfloat16), int4: the same file as the model loaded
-    in bfloat16, quantized by torchao, then exported."""
+@pytest.fixture(scope="module")
+def deferred_export(checkpoint, tmp_path_factory):
+    """``export-llm`` of the checkpoint at its default dtype (the checkpoint's), int4."""
+    from etmlx.llm_export import export_llm
+
+    path = tmp_path_factory.mktemp("deferred") / "model.pte"
+    export_llm(checkpoint, path, max_context=CONTEXT, quantize="int4", group_size=32)
+    return path
+
+
+def test_the_deferred_export_writes_the_bytes_of_quantizing_first(checkpoint, deferred_export, tmp_path):
+    """The same file as the model loaded in bfloat16, quantized by torchao, then exported."""
     from transformers import AutoModelForCausalLM
 
     from etmlx import causal_lm
     from etmlx.exporter import export_methods
-    from etmlx.llm_export import export_llm
     from etmlx.quantization import quantized_copy
 
-    export_llm(checkpoint, tmp_path / "deferred.pte", max_context=CONTEXT, quantize="int4", group_size=32)
     model = causal_lm.with_static_cache(AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16), CONTEXT)
     quantized, names = quantized_copy(model, "int4", 32)
     assert len(names) == 7 + 2
     export_methods(causal_lm.export_methods(quantized, CONTEXT, CONTEXT), tmp_path / "eager.pte")
-    assert (tmp_path / "deferred.pte").read_bytes() == (tmp_path / "eager.pte").read_bytes()
+    assert deferred_export.read_bytes() == (tmp_path / "eager.pte").read_bytes()
+
+
+def test_generating_in_half_precision_on_the_cpu_says_why_it_is_slow(deferred_export, capsys):
+    assert main(["generate", str(deferred_export), "--prompt", "hello", "--max-new-tokens", "2"]) == 0
+    assert "computes in bfloat16" in capsys.readouterr().err
 
 
 def _copy(checkpoint, tmp_path):
