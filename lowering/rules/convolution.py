@@ -37,7 +37,17 @@ def _check_conv(node, args):
         return f"convolution of a rank-{rank_of(args.input)} input"
     if isinstance(args.padding, str):
         return f"padding={args.padding!r}"
+    spatial = rank_of(args.input) - 2
+    for name in GEOMETRY:
+        values = list(getattr(args, name))
+        if len(values) not in (1, spatial) or not all(isinstance(v, int) for v in values):
+            return f"{name}={values} for {spatial} spatial axes"
+        if any(v < (1 if name in ("stride", "dilation") else 0) for v in values):
+            return f"{name}={values}"
     return None
+
+
+GEOMETRY = ("stride", "padding", "dilation", "output_padding")
 
 
 @lowers("aten::convolution", check=_check_conv)
@@ -50,10 +60,10 @@ def _lower_conv(ctx, node, args):
     else:
         w = ctx.emit(Transpose, x=ctx.tensor(weight), perm=layout)
     x_last = ctx.emit(Transpose, x=ctx.tensor(x), perm=_to_channels_last(rank))
-    geometry = dict(
-        stride=list(args.stride), padding=list(args.padding), dilation=list(args.dilation),
-        transposed=bool(transposed), outputPadding=list(args.output_padding),
-    )
+    spatial = rank - 2  # one value is PyTorch's for every axis; the runtimes take one per axis
+    stride, padding, dilation, output_padding = (_per_axis(getattr(args, name), spatial) for name in GEOMETRY)
+    geometry = dict(stride=stride, padding=padding, dilation=dilation, transposed=bool(transposed),
+                    outputPadding=output_padding)
     if transposed and args.groups > 1:
         out = _grouped_transposed(ctx, x_last, w, args.groups, shape_of(x)[1], rank, geometry)
     else:

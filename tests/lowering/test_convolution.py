@@ -51,6 +51,15 @@ def test_depthwise_conv(index, dtype):
     delegated(conv.to(dtype), (torch.randn(2, channels, *spatial, dtype=dtype),), nodes=["Conv"])
 
 
+@pytest.mark.parametrize("groups", [1, 4], ids=["dense", "depthwise"])
+def test_one_value_for_every_spatial_axis(groups):
+    """``padding="valid"`` (EfficientNet's strided depthwise layers) reaches the graph as
+    ``padding=[0]``, one value PyTorch applies to every spatial axis: lowered as one per
+    axis, so both runtimes run what the export accepted."""
+    conv = torch.nn.Conv2d(4, 4, 3, stride=2, padding="valid", groups=groups)
+    delegated(conv, (torch.randn(1, 4, 9, 8),), nodes=["Conv"])
+
+
 def test_conv_with_a_weight_computed_at_run_time():
     delegated(lambda x, w: F.conv2d(x, w, padding=1), (torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3)), nodes=["Conv"])
 
