@@ -122,3 +122,46 @@ def test_deferred_constants_resolve_inside_their_scope_only():
         view = made[1:]  # another tensor over part of it is not the placeholder
         assert deferred.resolve(view) is view
     assert deferred.resolve(made) is made
+
+
+def test_tracing_copies_no_weight(checkpoint, monkeypatch):
+    """dynamo's strict tracer clones what it meets into a cache of real values; under
+    ``causal_lm``'s trace no parameter is among them (for a real model: its weights)."""
+    from torch._dynamo.variables import builder
+    from transformers import AutoModelForCausalLM
+
+    from etmlx import causal_lm
+
+    cloned = []
+    clone = builder.clone_input
+    monkeypatch.setattr(builder, "clone_input", lambda x, **kw: cloned.append(x) or clone(x, **kw))
+    model = causal_lm.with_static_cache(AutoModelForCausalLM.from_pretrained(checkpoint), CONTEXT)
+    causal_lm.export_methods(model, 4, CONTEXT)
+    weights = {id(p) for p in model.parameters()}
+    assert cloned and not [x for x in cloned if id(x) in weights or isinstance(x, torch.nn.Parameter)]
+
+
+def test_an_interrupted_write_leaves_no_file(tmp_path, monkeypatch):
+    from etmlx.exporter import to_executorch, write
+
+    program, report = to_executorch(torch.nn.Linear(4, 4), (torch.randn(1, 4),))
+
+    def interrupted(f):
+        f.write(b"half a program")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(program, "write_to_file", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write(program, report, tmp_path / "model.pte")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_lowering_bar_is_drawn_only_when_shown(capsys):
+    from etmlx import progress
+
+    with progress.bar("lowering", 3) as bar:
+        bar.advance(3)
+    assert capsys.readouterr().err == ""
+    with progress.shown(), progress.bar("lowering", 3) as bar:
+        bar.advance(3)
+    assert capsys.readouterr().err.endswith(f"\rlowering [{'#' * progress.WIDTH}] 3/3\n")
