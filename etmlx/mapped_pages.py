@@ -4,8 +4,8 @@ transformers loads a safetensors checkpoint of the dtype asked for as views of t
 memory map (safetensors' ``mmap`` backend): nothing is copied, and a page is resident
 only once read. Reading every weight once at export would still leave the whole file
 resident (the process's RSS counts mapped file pages), so the export gives each tensor's
-pages back when it is done with them. The file stays mapped and in the page cache: a
-later read faults the page back in without touching the disk.
+pages back when it is done with them. The file stays mapped: a later read faults a page
+back in, from the page cache or the disk.
 """
 
 import ctypes
@@ -13,14 +13,17 @@ import mmap
 import sys
 
 _MADV_DONTNEED = 4
+_MADV_PAGEOUT = 21  # Linux 5.4 and later; an older kernel refuses it, and the pages stay
 SMALLEST = 2**20  # smaller tensors are not worth a look at the process's mappings
 _libc = None
 
 
 def release(tensor) -> bool:
-    """Drops the whole pages of ``tensor`` (a contiguous one's bytes, else its storage's)
-    from this process when they belong to a mapping of a file (never anonymous memory,
-    whose contents would be lost); whether it did."""
+    """Gives back the whole pages of ``tensor`` (a contiguous one's bytes, else its
+    storage's) when they belong to a mapping of a file, never anonymous memory; whether
+    it did. A private writable mapping (safetensors maps its files so) may hold pages a
+    write made this process's own, which dropping would turn back into the file's bytes:
+    those are paged out instead (``MADV_PAGEOUT``, which keeps every byte)."""
     if not sys.platform.startswith("linux"):
         return False
     if tensor.is_contiguous():
@@ -30,22 +33,27 @@ def release(tensor) -> bool:
         start, size = storage.data_ptr(), storage.nbytes()
     first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
     end = (start + size) // mmap.PAGESIZE * mmap.PAGESIZE
-    if size < SMALLEST or end <= first or not _in_file_mapping(start, start + size):
+    if size < SMALLEST or end <= first:
+        return False
+    permissions = _file_mapping(start, start + size)
+    if permissions is None:
         return False
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
         _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    return _libc.madvise(first, end - first, _MADV_DONTNEED) == 0
+    private_writable = "w" in permissions and permissions.endswith("p")
+    return _libc.madvise(first, end - first, _MADV_PAGEOUT if private_writable else _MADV_DONTNEED) == 0
 
 
-def _in_file_mapping(start: int, end: int) -> bool:
-    """Whether ``[start, end)`` lies in one mapping of a file (``/proc/self/maps``: an
-    inode other than 0 and a path)."""
+def _file_mapping(start: int, end: int):
+    """The permissions (``r--s``, ``rw-p``, ...) of the one mapping of a file that holds
+    ``[start, end)`` (``/proc/self/maps``: an inode other than 0 and a path), else None."""
     with open("/proc/self/maps") as maps:
         for line in maps:
             fields = line.split(maxsplit=5)
             low, high = (int(bound, 16) for bound in fields[0].split("-"))
             if low <= start < high:
-                return end <= high and fields[4] != "0" and len(fields) == 6 and fields[5].startswith("/")
-    return False
+                mapped = end <= high and fields[4] != "0" and len(fields) == 6 and fields[5].startswith("/")
+                return fields[1] if mapped else None
+    return None

@@ -40,7 +40,7 @@ def quantize(module, scheme: str, group_size=64, embeddings: bool = True, deferr
         return _float_quantize(module, scheme, embeddings)
     kinds = (torch.nn.Linear, torch.nn.Embedding) if embeddings else (torch.nn.Linear,)
     width = _mixed_width(module, *MIXED[scheme]) if scheme in MIXED else lambda name, layer: scheme
-    names, done = [], {}  # done: id of a float weight -> the parameter it became
+    names, done = [], {}  # id of a float weight -> (it, held so that its id stays its own; what it became)
     for name, layer in list(module.named_modules()):
         if _is_experts(layer):
             stacks = _quantize_expert_stacks(layer, lambda stack: width(f"{name}.{stack}", None), group_size)
@@ -52,7 +52,7 @@ def quantize(module, scheme: str, group_size=64, embeddings: bool = True, deferr
             continue  # rows that do not divide into groups stay float
         float_weight = layer.weight
         if id(float_weight) in done:
-            layer.weight = done[id(float_weight)]
+            layer.weight = done[id(float_weight)][1]
         elif deferred:
             with torch.no_grad():
                 weight = _deferred_intx(float_weight, width(name, layer), group_size)
@@ -61,7 +61,7 @@ def quantize(module, scheme: str, group_size=64, embeddings: bool = True, deferr
             granularity = PerAxis(0) if group_size is None else PerGroup(group_size)
             config = IntxWeightOnlyConfig(weight_dtype=getattr(torch, width(name, layer)), granularity=granularity)
             quantize_(layer, config, filter_fn=lambda candidate, _: candidate is layer)
-        done[id(float_weight)] = layer.weight
+        done[id(float_weight)] = float_weight, layer.weight
         names.append(name)
     return module, names
 

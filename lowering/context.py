@@ -8,7 +8,6 @@ from torch import fx
 
 from etmlx.mapped_pages import release
 from etmlx.serializer.generated.etmlx_ir import Graph, MutableBuffer, NamedTensor, Node, Op, Value
-from etmlx.mapped_pages import release
 from etmlx.serializer.generated.etmlx_ir.ValueKind import ValueKind
 from etmlx.serializer.ir import IntOrSlotT, TidT, int_or_slot, tid
 
