@@ -72,6 +72,7 @@ bench: $(VENV)/.bench-installed native
 	$(PY) bench/bench_bounds_checks.py
 	$(PY) bench/bench_export.py
 	$(PY) bench/bench_export.py --models llama:1024:8:2048 --rounds 1
+	$(PY) bench/bench_export_llm.py
 	$(PY) bench/bench_llm.py
 	$(PY) bench/bench_tensor_parallel.py
 	$(PY) bench/bench_llm.py --hidden 1024 --layers 8 --new-tokens 64 --max-cache 2048 --quantize int4 --group-size 64
