@@ -12,6 +12,8 @@ import ctypes
 import mmap
 import sys
 
+import numpy as np
+
 _MADV_DONTNEED = 4
 _MADV_PAGEOUT = 21  # Linux 5.4 and later; an older kernel refuses it, and the pages stay
 SMALLEST = 2**20  # smaller tensors are not worth a look at the process's mappings
@@ -23,7 +25,8 @@ def release(tensor) -> bool:
     storage's) when they belong to a mapping of a file, never anonymous memory; whether
     it did. A private writable mapping (safetensors maps its files so) may hold pages a
     write made this process's own, which dropping would turn back into the file's bytes:
-    those are paged out instead (``MADV_PAGEOUT``, which keeps every byte)."""
+    a range holding any is paged out instead (``MADV_PAGEOUT``, which keeps every byte,
+    but may evict the file's pages from the page cache too)."""
     if not sys.platform.startswith("linux"):
         return False
     if tensor.is_contiguous():
@@ -43,7 +46,24 @@ def release(tensor) -> bool:
         _libc = ctypes.CDLL(None, use_errno=True)
         _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     private_writable = "w" in permissions and permissions.endswith("p")
-    return _libc.madvise(first, end - first, _MADV_PAGEOUT if private_writable else _MADV_DONTNEED) == 0
+    unsafe_to_drop = private_writable and not _only_file_pages(first, end)
+    return _libc.madvise(first, end - first, _MADV_PAGEOUT if unsafe_to_drop else _MADV_DONTNEED) == 0
+
+
+def _only_file_pages(first: int, end: int) -> bool:
+    """Whether every resident page of ``[first, end)`` is still the file's (none made
+    private by a write), from ``/proc/self/pagemap``: bit 63 present, bit 61 a file page.
+    False where it cannot be read."""
+    try:
+        with open("/proc/self/pagemap", "rb") as pagemap:
+            pagemap.seek(first // mmap.PAGESIZE * 8)
+            entries = pagemap.read((end - first) // mmap.PAGESIZE * 8)
+    except OSError:
+        return False
+    if len(entries) != (end - first) // mmap.PAGESIZE * 8:
+        return False
+    flags = np.frombuffer(entries, dtype="<u8") >> np.uint64(61)
+    return not bool(np.any(flags & np.uint64(0b101) == np.uint64(0b100)))  # present, not a file page
 
 
 def _file_mapping(start: int, end: int):
