@@ -28,12 +28,11 @@ def quantize(module, scheme: str, group_size=64, embeddings: bool = True, deferr
     quantized once and stays shared. Returns (``module``, the names of the quantized
     layers and expert stacks).
 
-    ``deferred``: the integer values of linear and embedding weights are placeholders
-    computed when lowering packs them (``lowering/deferred.py``; inside its ``scope()``),
-    from the float weight, which is only read: scales and zero points are computed now."""
+    A linear or embedding weight becomes what torchao's ``IntxWeightOnlyConfig`` makes of
+    it (``_intx``). ``deferred``: its integer values are placeholders computed when
+    lowering packs them (``lowering/deferred.py``; inside its ``scope()``), from the float
+    weight, which is only read: scales and zero points are computed now."""
     import torch
-    from torchao.quantization import IntxWeightOnlyConfig, quantize_
-    from torchao.quantization.granularity import PerAxis, PerGroup
 
     _check(scheme, group_size)
     if scheme in FLOAT_SCHEMES:
@@ -53,14 +52,10 @@ def quantize(module, scheme: str, group_size=64, embeddings: bool = True, deferr
         float_weight = layer.weight
         if id(float_weight) in done:
             layer.weight = done[id(float_weight)][1]
-        elif deferred:
-            with torch.no_grad():
-                weight = _deferred_intx(float_weight, width(name, layer), group_size)
-            layer.weight = torch.nn.Parameter(weight, requires_grad=False)
         else:
-            granularity = PerAxis(0) if group_size is None else PerGroup(group_size)
-            config = IntxWeightOnlyConfig(weight_dtype=getattr(torch, width(name, layer)), granularity=granularity)
-            quantize_(layer, config, filter_fn=lambda candidate, _: candidate is layer)
+            with torch.no_grad():
+                weight = _intx(float_weight, width(name, layer), group_size, deferred)
+            layer.weight = torch.nn.Parameter(weight, requires_grad=False)
         done[id(float_weight)] = float_weight, layer.weight
         names.append(name)
     return module, names
@@ -83,18 +78,19 @@ def _row_blocks(rows: int, columns: int):
     return [slice(start, min(start + step, rows)) for start in range(0, rows, step)]
 
 
-def _deferred_intx(weight, scheme: str, group_size):
-    """What torchao's ``IntxWeightOnlyConfig`` makes of ``weight`` (symmetric, int8
-    storage, a scale and zero point per group), its integer values a deferred constant
-    computed by torchao's ``quantize_affine`` when read. Both halves go over blocks of
-    rows (each row's groups are its own), so only a block is widened at a time; the
-    pages of a mapped checkpoint's weight are given back after each read."""
+def _intx(weight, scheme: str, group_size, deferred: bool):
+    """What torchao's ``IntxWeightOnlyConfig`` makes of a 2-d ``weight`` (its default
+    symmetric mapping, int8 storage, a scale and zero point per group; ``from_hp``'s own
+    calls of ``choose_qparams_affine`` and ``quantize_affine``), its integer values
+    computed now or, ``deferred``, when read. Both halves go over blocks of rows (each
+    row's groups are its own), so only a block is widened at a time; the pages of a
+    mapped checkpoint's weight are given back after each read."""
     import torch
     from torchao.quantization import IntxUnpackedToInt8Tensor
     from torchao.quantization.quant_primitives import (
         _DTYPE_TO_QVALUE_BOUNDS, MappingType, choose_qparams_affine, quantize_affine)
 
-    from etmlx.lowering import deferred
+    from etmlx.lowering import deferred as deferred_constants
 
     from .mapped_pages import release
 
@@ -119,7 +115,7 @@ def _deferred_intx(weight, scheme: str, group_size):
                 release(weight[rows_])
         return qdata
 
-    qdata = deferred.placeholder(weight.shape, torch.int8, integers)
+    qdata = deferred_constants.placeholder(weight.shape, torch.int8, integers) if deferred else integers()
     return IntxUnpackedToInt8Tensor(qdata, scale, zero_point, target, block_size, weight.dtype, None)
 
 

@@ -12,6 +12,7 @@ import torch
 from etmlx import mapped_pages, safetensors_file
 from etmlx.cli import main
 from etmlx.errors import ExportError
+from etmlx.inspection import inspect_program
 from etmlx.lowering import deferred
 from examples import llm
 
@@ -39,7 +40,8 @@ def deferred_export(checkpoint, tmp_path_factory):
 
 
 def test_the_deferred_export_writes_the_bytes_of_quantizing_first(checkpoint, deferred_export, tmp_path):
-    """The same file as the model loaded in bfloat16, quantized by torchao, then exported."""
+    """The same file as the model loaded in bfloat16, quantized at once, then exported:
+    every linear layer and the head a QuantizedMatmul, the embedding's rows dequantized."""
     from transformers import AutoModelForCausalLM
 
     from etmlx import causal_lm
@@ -51,6 +53,8 @@ def test_the_deferred_export_writes_the_bytes_of_quantizing_first(checkpoint, de
     assert len(names) == 7 + 2
     export_methods(causal_lm.export_methods(quantized, CONTEXT, CONTEXT), tmp_path / "eager.pte")
     assert deferred_export.read_bytes() == (tmp_path / "eager.pte").read_bytes()
+    nodes = inspect_program(deferred_export)["methods"]["forward"]["delegates"][0]["nodes"]
+    assert nodes.count("QuantizedMatmul") == 7 + 1 and "Dequantize" in nodes  # projections, head; embedding
 
 
 def test_generating_in_half_precision_on_the_cpu_says_why_it_is_slow(deferred_export, capsys):

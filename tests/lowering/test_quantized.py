@@ -1,6 +1,8 @@
 """Weight-only quantized linear and embedding layers (torchao's configs) on MLX's
 quantized kernels; parity is against the torchao-quantized model in eager PyTorch."""
 
+import copy
+
 import pytest
 import torch
 from lowering_harness import assert_close
@@ -310,3 +312,26 @@ def test_fractional_zero_points_run_on_mlx_kernels_with_float16_scales_where_exa
 
 def test_every_quantized_rule_ran():
     assert untested_rules("quantized") == set() and untested_rules("exportables") == set()
+
+
+@pytest.mark.parametrize("scheme, group_size, dtype", [
+    ("int4", 32, torch.float32), ("int2", 64, torch.bfloat16), ("int3", 32, torch.float16),
+    ("int6", None, torch.float32), ("int8", 128, torch.bfloat16),
+])
+def test_quantize_makes_what_torchaos_config_makes(scheme, group_size, dtype, monkeypatch):
+    """``quantize`` computes a weight in blocks of rows with torchao's own primitives
+    (here blocks of 3 rows): qdata, scales and zero points equal to what
+    ``IntxWeightOnlyConfig`` makes of the whole weight, linear and embedding alike."""
+    from etmlx import quantization
+
+    monkeypatch.setattr(quantization, "ROWS_AT_ONCE_VALUES", 3 * 128)
+    for layer in (torch.nn.Linear(128, 10), torch.nn.Embedding(11, 128)):
+        layer = layer.to(dtype)
+        reference = copy.deepcopy(layer)
+        granularity = PerAxis(0) if group_size is None else PerGroup(group_size)
+        quantize_(reference, IntxWeightOnlyConfig(weight_dtype=getattr(torch, scheme), granularity=granularity),
+                  filter_fn=lambda candidate, _: True)
+        quantization.quantize(layer, scheme, group_size)
+        for part in ("qdata", "scale", "zero_point"):
+            assert torch.equal(getattr(layer.weight, part), getattr(reference.weight, part)), part
+        assert (layer.weight.block_size, layer.weight.dtype) == (tuple(reference.weight.block_size), dtype)
