@@ -44,13 +44,15 @@ def size_of(path: str) -> int:
 
 
 def checkpoint(work: str, spec: str) -> str:
-    from checkpoints import write_checkpoint
-
+    """The checkpoint folder of ``spec``, written by bench/checkpoints.py in a process of its
+    own: a child's ru_maxrss starts from its parent's resident size at the fork, so this
+    process stays small."""
     shape, _, layers = spec.partition(":")
     directory = os.path.join(work, spec.replace(":", "-"))
     if not os.path.isfile(os.path.join(directory, "model.safetensors.index.json")):
         print(f"writing {directory}", file=sys.stderr, flush=True)
-        write_checkpoint(directory, shape, int(layers) if layers else None)
+        subprocess.run([sys.executable, os.path.join(HERE, "checkpoints.py"), shape, directory]
+                       + (["--layers", layers] if layers else []), check=True)
     return directory
 
 
