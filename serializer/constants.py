@@ -35,3 +35,11 @@ QUANTIZED_FLOAT_GROUP_SIZES = (32, 32, 16)
 # What the native backend's last error was, by value (its C interface; etmlx.native
 # raises the matching Python error).
 ERROR_KINDS = ("None", "Format", "Version", "Input", "IndexRange", "Memory", "Other")
+# erf on MLX's CPU, where mx.erf is slow: x * P(x*x) / Q(x*x) for x clamped to
+# [-ERF_CLAMP, ERF_CLAMP], coefficients from the lowest power up (serializer/fit_erf.py
+# fits them; float32 error at most 3.6e-7, 6 ulps: mx.erf's own is 5.3e-7).
+ERF_CLAMP = 3.92
+ERF_NUMERATOR = (1.1283791679566195, 0.1852445021439774, 0.05427724677815554, 0.0038456590528055438,
+                 0.0003776770556171965, 4.630621975650062e-06, -1.2917060060457786e-08)
+ERF_DENOMINATOR = (1.0, 0.49750205580674356, 0.11393555123000897, 0.015447125406539381, 0.0013042144079156112,
+                   6.260447516659353e-05)

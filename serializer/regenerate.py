@@ -162,6 +162,9 @@ def generate_cpp_constants(out_dir: pathlib.Path) -> None:
                                     ("kQuantizedFloatBits", c.QUANTIZED_FLOAT_BITS),
                                     ("kQuantizedFloatGroupSizes", c.QUANTIZED_FLOAT_GROUP_SIZES),
                                     ("kQuantizedCacheBits", c.QUANTIZED_CACHE_BITS))),
+             f"inline constexpr double kErfClamp = {c.ERF_CLAMP!r};",
+             *(f"inline constexpr std::array<double, {len(values)}> {name} = {{{', '.join(map(repr, values))}}};"
+               for name, values in (("kErfNumerator", c.ERF_NUMERATOR), ("kErfDenominator", c.ERF_DENOMINATOR))),
              "", "// The last error's kind, through the C interface (c_api.cpp).",
              f"enum class ErrorKind : int {{ {kinds} }};", "", "}  // namespace etmlx::native"]
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,9 @@ inline constexpr std::array<int, 3> kQuantizedGroupSizes = {32, 64, 128};
 inline constexpr std::array<int, 3> kQuantizedFloatBits = {4, 8, 4};
 inline constexpr std::array<int, 3> kQuantizedFloatGroupSizes = {32, 32, 16};
 inline constexpr std::array<int, 2> kQuantizedCacheBits = {4, 8};
+inline constexpr double kErfClamp = 3.92;
+inline constexpr std::array<double, 7> kErfNumerator = {1.1283791679566195, 0.1852445021439774, 0.05427724677815554, 0.0038456590528055438, 0.0003776770556171965, 4.630621975650062e-06, -1.2917060060457786e-08};
+inline constexpr std::array<double, 6> kErfDenominator = {1.0, 0.49750205580674356, 0.11393555123000897, 0.015447125406539381, 0.0013042144079156112, 6.260447516659353e-05};
 
 // The last error's kind, through the C interface (c_api.cpp).
 enum class ErrorKind : int { None = 0, Format = 1, Version = 2, Input = 3, IndexRange = 4, Memory = 5, Other = 6 };

@@ -1,7 +1,14 @@
 import mlx.core as mx
 
 from ..generated.mlx_functions import BINARY_OP, UNARY_OP
+from . import cpu_math
 from .env import MX_DTYPES, fill_value
+
+
+def _unary(op, env):
+    """MLX's function for the op, or on MLX's CPU the faster form of ``cpu_math``."""
+    fast = cpu_math.UNARY_OP.get(op.op) if mx.default_device() == mx.cpu else None
+    return (fast or UNARY_OP[op.op])(env.t(op.x))
 
 
 def _as_type(op, env):
@@ -27,7 +34,7 @@ def _float_to_integer(x: mx.array, dtype) -> mx.array:
 
 
 HANDLERS = {
-    "Unary": lambda op, env: UNARY_OP[op.op](env.t(op.x)),
+    "Unary": _unary,
     "Binary": lambda op, env: BINARY_OP[op.op](env.t(op.a), env.t(op.b)),
     "Where": lambda op, env: mx.where(env.t(op.cond), env.t(op.a), env.t(op.b)),
     "AsType": _as_type,

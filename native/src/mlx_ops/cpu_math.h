@@ -1,0 +1,20 @@
+// Functions MLX's CPU backend computes slowly, as products and sums that
+// mx::compile fuses into one loop: the same operations in the same order as the
+// Python runtime's runtime_shim/mlx_ops/cpu_math.py, so both agree to the bit.
+#pragma once
+
+#include <optional>
+
+#include <mlx/array.h>
+
+#include "etmlx_ir_generated.h"
+
+namespace etmlx::native::cpu_math {
+
+// erf as x * P(x*x) / Q(x*x) (serializer/fit_erf.py), in float32.
+mlx::core::array rational_erf(const mlx::core::array& x);
+
+// The op's faster form for `x` on MLX's CPU, or nothing where MLX's own is used.
+std::optional<mlx::core::array> unary(etmlx_ir::UnaryOp op, const mlx::core::array& x);
+
+}  // namespace etmlx::native::cpu_math
