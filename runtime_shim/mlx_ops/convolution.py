@@ -102,6 +102,9 @@ class _Geometry:
         kernel, stride, padding = list(op.kernel), list(op.stride), list(op.padding)
         lengths = list(x.shape[1:-1])
         outputs = [_output_size(n, k, s, p, op.ceilMode) for n, k, s, p in zip(lengths, kernel, stride, padding)]
+        # A kernel past the padded input (ceil_mode's one window: EfficientNet's head pools
+        # 2x2 with a 2560 kernel) reads what the padded input holds, no more.
+        kernel = [min(k, n + 2 * p) for k, n, p in zip(kernel, lengths, padding)]
         extra = [max(0, (o - 1) * s + k - (n + 2 * p)) for o, s, k, n, p in zip(outputs, stride, kernel, lengths, padding)]
         return cls(kernel, stride, padding, lengths, outputs, extra)
 

@@ -120,6 +120,9 @@ POOLS = {
     "avg2d-ceil-exclude": lambda x: F.avg_pool2d(x, 2, stride=2, ceil_mode=True, count_include_pad=False),
     "avg2d-divisor": lambda x: F.avg_pool2d(x, 2, padding=1, divisor_override=3),
     "avg1d": lambda x: F.avg_pool1d(x.flatten(2), 4, stride=3, padding=2, count_include_pad=False),
+    "avg2d-kernel-past-input": lambda x: F.avg_pool2d(x, 50_000, ceil_mode=True),  # as EfficientNet's head
+    "avg2d-kernel-past-exclude": lambda x: F.avg_pool2d(x, 40, padding=1, ceil_mode=True, count_include_pad=False),
+    "max2d-kernel-past-input": lambda x: F.max_pool2d(x, (12, 2), stride=(12, 2), ceil_mode=True),
     "adaptive": lambda x: F.adaptive_avg_pool2d(x, (2, 3)),
     "adaptive-1": lambda x: F.adaptive_avg_pool2d(x, 1),
 }
@@ -133,7 +136,8 @@ def test_pooling(dtype, shape):
 
 def test_pooling_odd_sizes():
     """Sizes where the last ceil_mode window hangs past the input."""
-    names = ["max2d-ceil", "avg2d-ceil", "avg2d-ceil-exclude", "avg2d-divisor", "max1d-pad-ceil"]
+    names = ["max2d-ceil", "avg2d-ceil", "avg2d-ceil-exclude", "avg2d-divisor", "max1d-pad-ceil",
+             "avg2d-kernel-past-input", "avg2d-kernel-past-exclude", "max2d-kernel-past-input"]
     delegated(lambda x: tuple(POOLS[name](x) for name in names), (torch.randn(1, 2, 7, 5),), nodes=["Max", "Avg"])
 
 

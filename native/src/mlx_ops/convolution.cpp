@@ -183,10 +183,14 @@ PoolGeometry pool_geometry(const etmlx_ir::Pool& op, const mx::array& x) {
       throw std::invalid_argument("pooling window of " + std::to_string(k) + " is larger than the padded input of " +
                                   std::to_string(length + 2 * p));
     }
+    // A kernel past the padded input (ceil_mode's one window: EfficientNet's head
+    // pools 2x2 with a 2560 kernel) reads what the padded input holds, no more.
+    const int64_t kept = std::min(k, length + 2 * p);
+    g.kernel[i] = Env::dim(kept);
     g.lengths.push_back(static_cast<int>(length));
     g.outputs.push_back(Env::dim(out));
     // Right padding past PyTorch's own, so the last ceil_mode window fits.
-    g.extra.push_back(Env::dim(std::max<int64_t>(0, (out - 1) * s + k - (length + 2 * p))));
+    g.extra.push_back(Env::dim(std::max<int64_t>(0, (out - 1) * s + kept - (length + 2 * p))));
   }
   return g;
 }
