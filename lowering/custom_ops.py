@@ -24,13 +24,19 @@ def sdpa(
     scale: float,
 ) -> torch.Tensor:
     """Scaled dot-product attention; k/v may have fewer heads than q (grouped-query)."""
+    return _attention(q, k, v, attn_mask, is_causal, scale)
+
+
+def _attention(q, k, v, attn_mask, is_causal, scale):
     gqa = q.dim() >= 3 and k.shape[-3] != q.shape[-3]
     return F.scaled_dot_product_attention(q, k, v, attn_mask, is_causal=is_causal, scale=scale, enable_gqa=gqa)
 
 
 @sdpa.register_fake
 def _(q, k, v, attn_mask, is_causal, scale):
-    return q.new_empty((*q.shape[:-1], v.shape[-1]))
+    """PyTorch's own output, strides included: code after an attention may ``view`` a
+    permutation of it that only PyTorch's layout makes contiguous (BEiT's heads)."""
+    return _attention(q, k, v, attn_mask, is_causal, scale)
 
 
 @torch.library.custom_op("etmlx::roll", mutates_args=())

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lowering_harness import check_parity
+from lowering_harness import Fn, check_parity
 from ruletest import untested_rules
 
 
@@ -233,6 +233,18 @@ class AttentionBlock(torch.nn.Module):
 def test_attention_block_with_transposed_output():
     lowered = check_parity(AttentionBlock(), (torch.randn(2, 5, 32),))
     assert "Sdpa" in lowered.nodes and len(lowered.delegates) == 1 and lowered.kernels == []
+
+
+def test_a_view_that_relies_on_pytorchs_output_layout():
+    """BEiT views the heads' permuted output without a copy: contiguous only in the
+    layout PyTorch's attention writes, which etmlx's op must report when retraced."""
+    def fn(x, bias):
+        q, k, v = x.view(1, 17, 3, 4, 8).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias).permute(0, 2, 1, 3).contiguous()
+        return y.view(*y.shape[:-2], 32)
+
+    lowered = check_parity(Fn(fn), (torch.randn(1, 17, 96), torch.randn(1, 4, 17, 17)))
+    assert "Sdpa" in lowered.nodes and lowered.kernels == []
 
 
 def test_attention_block_dynamic_sequence():
