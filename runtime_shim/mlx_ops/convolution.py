@@ -32,6 +32,8 @@ def _conv(op, env):
     x, w = env.t(op.x), env.t(op.weight)
     if _is_depthwise_on_cpu(op, x, w):
         return _depthwise_taps(x, w, list(op.stride), list(op.padding), list(op.dilation))
+    if _is_grouped_as_matmul(op, x, w):
+        return _grouped_matmul(x, w, op.groups, list(op.stride), list(op.padding), list(op.dilation))
     return mx.conv_general(
         x, w, stride=list(op.stride), padding=list(op.padding), kernel_dilation=list(op.dilation), groups=op.groups
     )
@@ -46,6 +48,68 @@ def _is_depthwise_on_cpu(op, x: mx.array, w: mx.array) -> bool:
     )
 
 
+def _is_grouped_as_matmul(op, x: mx.array, w: mx.array) -> bool:
+    """Groups of several channels: on MLX's CPU its convolution kernel runs those 10-50x
+    slower than one batched matmul of the input's windows (``_grouped_matmul``: RegNet's
+    3x3 groups of 8 channels at 28x28x104, 35 ms -> 2.6 ms), and MLX has no grouped 3-d
+    convolution on any device."""
+    return (
+        op.groups > 1 and x.ndim == w.ndim and x.ndim >= 3 and x.shape[-1] % op.groups == 0
+        and w.shape[0] % op.groups == 0 and w.shape[-1] * op.groups == x.shape[-1]
+        and (mx.default_device() == mx.cpu or x.ndim == 5)
+    )
+
+
+def _checked_geometry(kind: str, kernel, stride: list, padding: list, dilation: list) -> None:
+    if not len(stride) == len(padding) == len(dilation) == len(kernel) or min(stride + dilation + list(kernel)) < 1 \
+            or min(padding) < 0:
+        raise ValueError(f"{kind} convolution with kernel {list(kernel)}, stride {stride}, padding {padding}, "
+                         f"dilation {dilation}")
+
+
+def _output_sizes(kind: str, padded: mx.array, kernel, stride: list, dilation: list) -> list:
+    sizes = [(n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(padded.shape[1:-1], kernel, stride, dilation)]
+    if min(sizes) < 1:
+        raise ValueError(f"{kind} convolution: a kernel of {list(kernel)} (dilation {dilation}) is larger than "
+                         f"the padded input {list(padded.shape[1:-1])}")
+    return sizes
+
+
+def _windows(padded: mx.array, outputs: list, kernel: list, stride: list, dilation: list) -> mx.array:
+    """(N, *outputs, *kernel, C) view of the windows of a padded channels-last input,
+    each starting ``stride`` apart and reading every ``dilation``-th element."""
+    x = mx.contiguous(padded)
+    shape = x.shape
+    strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
+    spatial = range(1, len(shape) - 1)
+    window_shape = [shape[0], *outputs, *kernel, shape[-1]]
+    window_strides = [
+        strides[0],
+        *(strides[i] * s for i, s in zip(spatial, stride)),
+        *(strides[i] * d for i, d in zip(spatial, dilation)),
+        1,
+    ]
+    return mx.as_strided(x, window_shape, window_strides)
+
+
+def _grouped_matmul(x: mx.array, w: mx.array, groups: int, stride: list, padding: list, dilation: list) -> mx.array:
+    """Grouped convolution as one matmul per group, batched: the padded input's windows
+    (N, *outputs, *kernel, C) regrouped to (groups, N * outputs, kernel * C/groups), times
+    each group's weights (groups, kernel * C/groups, O/groups). Half precision computes in
+    float32, as PyTorch's kernels accumulate."""
+    kernel, outputs = list(w.shape[1:-1]), w.shape[0]
+    _checked_geometry("grouped", kernel, stride, padding, dilation)
+    wide = mx.float32 if x.dtype in (mx.float16, mx.bfloat16) else x.dtype
+    padded = mx.pad(x.astype(wide), [(0, 0)] + [(p, p) for p in padding] + [(0, 0)])
+    sizes = _output_sizes("grouped", padded, kernel, stride, dilation)
+    rows, taps, per_group = x.shape[0] * math.prod(sizes), math.prod(kernel), x.shape[-1] // groups
+    patches = _windows(padded, sizes, kernel, stride, dilation).reshape(rows, taps, groups, per_group)
+    patches = patches.transpose(2, 0, 1, 3).reshape(groups, rows, taps * per_group)
+    weights = w.astype(wide).reshape(groups, outputs // groups, taps * per_group).transpose(0, 2, 1)
+    out = (patches @ weights).transpose(1, 0, 2).reshape(x.shape[0], *sizes, outputs)
+    return out.astype(x.dtype)
+
+
 def _depthwise_taps(x: mx.array, w: mx.array, stride: list, padding: list, dilation: list) -> mx.array:
     """Depthwise convolution as the sum over the kernel's taps of the padded input,
     shifted by the tap and strided, times the tap's weight per channel. With m output
@@ -54,15 +118,9 @@ def _depthwise_taps(x: mx.array, w: mx.array, stride: list, padding: list, dilat
     channels, outputs = x.shape[-1], w.shape[0]
     multiplier, kernel = outputs // channels, w.shape[1:-1]
     wide = mx.float32 if x.dtype in (mx.float16, mx.bfloat16) else x.dtype
-    if not len(stride) == len(padding) == len(dilation) == len(kernel) or min(stride + dilation + list(kernel)) < 1 \
-            or min(padding) < 0:
-        raise ValueError(f"depthwise convolution with kernel {list(kernel)}, stride {stride}, padding {padding}, "
-                         f"dilation {dilation}")
+    _checked_geometry("depthwise", kernel, stride, padding, dilation)
     padded = mx.pad(x.astype(wide), [(0, 0)] + [(p, p) for p in padding] + [(0, 0)])
-    sizes = [(n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(padded.shape[1:-1], kernel, stride, dilation)]
-    if min(sizes) < 1:
-        raise ValueError(f"depthwise convolution: a kernel of {list(kernel)} (dilation {dilation}) is larger than "
-                         f"the padded input {list(padded.shape[1:-1])}")
+    sizes = _output_sizes("depthwise", padded, kernel, stride, dilation)
     taps = w.astype(wide).reshape(channels, multiplier, -1)  # (C, m, taps)
     total = None
     for tap, offsets in enumerate(itertools.product(*(range(k) for k in kernel))):
@@ -119,18 +177,7 @@ class _Geometry:
 
     def windows(self, padded: mx.array) -> mx.array:
         """(N, *outputs, *kernel, C) view of the windows of a padded input."""
-        x = mx.contiguous(padded)
-        shape = x.shape
-        strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
-        spatial = range(1, len(shape) - 1)
-        window_shape = [shape[0], *self.outputs, *self.kernel, shape[-1]]
-        window_strides = [
-            strides[0],
-            *(strides[i] * s for i, s in zip(spatial, self.stride)),
-            *(strides[i] for i in spatial),
-            1,
-        ]
-        return mx.as_strided(x, window_shape, window_strides)
+        return _windows(padded, self.outputs, self.kernel, self.stride, [1] * len(self.kernel))
 
 
 def _pool(op, env):

@@ -51,7 +51,30 @@ def test_depthwise_conv(index, dtype):
     delegated(conv.to(dtype), (torch.randn(2, channels, *spatial, dtype=dtype),), nodes=["Conv"])
 
 
-@pytest.mark.parametrize("groups", [1, 4], ids=["dense", "depthwise"])
+GROUPED = [
+    # (in channels, out channels, groups, kernel, stride, padding, dilation, input spatial size): MLX's CPU
+    # runs these as a batched matmul of the input's windows (both runtimes)
+    (16, 16, 2, 3, 1, 1, 1, (9, 10)),  # RegNet's: groups of 8 channels
+    (12, 18, 3, 3, 2, 1, 1, (9, 8)),  # more outputs than inputs per group, strided
+    (8, 4, 4, (3, 5), (2, 1), (0, 2), (2, 1), (11, 9)),
+    (6, 6, 3, 1, 1, 0, 1, (5, 7)),  # 1x1 (ShuffleNet's)
+    (8, 8, 2, 5, 1, 2, 1, (12,)),  # 1d
+    (4, 6, 2, 3, 2, 1, 1, (4, 5, 6)),  # 3d
+]
+
+
+@pytest.mark.parametrize("index", range(len(GROUPED)))
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_grouped_conv(index, dtype):
+    channels, outputs, groups, kernel, stride, padding, dilation, spatial = GROUPED[index]
+    conv = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)[len(spatial) - 1](
+        channels, outputs, kernel, stride=stride, padding=padding, dilation=dilation, groups=groups,
+        bias=index % 2 == 0,
+    )
+    delegated(conv.to(dtype), (torch.randn(2, channels, *spatial, dtype=dtype),), nodes=["Conv"])
+
+
+@pytest.mark.parametrize("groups", [1, 2, 4], ids=["dense", "grouped", "depthwise"])
 def test_one_value_for_every_spatial_axis(groups):
     """``padding="valid"`` (EfficientNet's strided depthwise layers) reaches the graph as
     ``padding=[0]``, one value PyTorch applies to every spatial axis: lowered as one per

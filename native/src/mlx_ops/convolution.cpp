@@ -49,6 +49,114 @@ mx::array conv_transpose(const etmlx_ir::Conv& op, const mx::array& x, const mx:
   }
 }
 
+struct ConvGeometry {
+  std::vector<int> stride, padding, dilation, kernel, outputs;
+};
+
+Pads channels_last_pads(const std::vector<std::pair<int, int>>& spatial) {
+  Pads pads{{0, 0}};
+  pads.insert(pads.end(), spatial.begin(), spatial.end());
+  pads.emplace_back(0, 0);
+  return pads;
+}
+
+// The op's stride, padding and dilation, checked against the kernel of `w`, and the
+// output size per spatial axis of `x` padded by `padding`.
+ConvGeometry conv_geometry(const etmlx_ir::Conv& op, const mx::array& x, const mx::array& w, const std::string& kind) {
+  ConvGeometry g{ints(op.stride()), ints(op.padding()), ints(op.dilation()), {}, {}};
+  const size_t spatial = x.ndim() - 2;
+  const auto positive = [](const std::vector<int>& v) { return std::ranges::all_of(v, [](int i) { return i >= 1; }); };
+  if (g.stride.size() != spatial || g.padding.size() != spatial || g.dilation.size() != spatial ||
+      !positive(g.stride) || !positive(g.dilation) || !std::ranges::all_of(g.padding, [](int p) { return p >= 0; })) {
+    throw std::invalid_argument(kind + " convolution needs a positive stride and dilation and a padding of at least 0 "
+                                "per spatial dimension");
+  }
+  for (size_t i = 0; i < spatial; ++i) {
+    const int64_t k = w.shape(static_cast<int>(i) + 1);
+    const int64_t reach = x.shape(static_cast<int>(i) + 1) + 2 * int64_t{g.padding[i]} - g.dilation[i] * (k - 1) - 1;
+    if (k < 1) {
+      throw std::invalid_argument(kind + " convolution with an empty kernel");
+    }
+    if (reach < 0) {
+      throw std::invalid_argument(kind + " convolution: the dilated kernel is larger than the padded input");
+    }
+    g.kernel.push_back(static_cast<int>(k));
+    g.outputs.push_back(Env::dim(reach / g.stride[i] + 1));
+  }
+  return g;
+}
+
+// `x` padded by the geometry's padding, in `dtype`.
+mx::array conv_padded(const mx::array& x, const ConvGeometry& g, mx::Dtype dtype) {
+  std::vector<std::pair<int, int>> pads;
+  for (int p : g.padding) {
+    pads.emplace_back(p, p);
+  }
+  return mx::pad(mx::astype(x, dtype), channels_last_pads(pads), mx::array(0, dtype));
+}
+
+// (N, *outputs, *kernel, C) view of the windows of a padded channels-last input,
+// each starting `stride` apart and reading every `dilation`-th element.
+mx::array windows(const mx::array& padded, const std::vector<int>& outputs, const std::vector<int>& kernel,
+                  const std::vector<int>& stride, const std::vector<int>& dilation) {
+  const auto x = mx::contiguous(padded);
+  const auto& shape = x.shape();
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i) {
+    strides[i] = strides[i + 1] * shape[i + 1];
+  }
+  mx::Shape window_shape{shape.front()};
+  mx::Strides window_strides{strides.front()};
+  for (size_t i = 0; i < kernel.size(); ++i) {
+    window_shape.push_back(outputs[i]);
+    window_strides.push_back(strides[i + 1] * stride[i]);
+  }
+  for (size_t i = 0; i < kernel.size(); ++i) {
+    window_shape.push_back(kernel[i]);
+    window_strides.push_back(strides[i + 1] * dilation[i]);
+  }
+  window_shape.push_back(shape.back());
+  window_strides.push_back(1);
+  return mx::as_strided(x, window_shape, window_strides, 0);
+}
+
+mx::Dtype accumulation_dtype(const mx::array& x) {  // PyTorch's kernels accumulate half precision in float32
+  return x.dtype() == mx::float16 || x.dtype() == mx::bfloat16 ? mx::float32 : x.dtype();
+}
+
+int product(const std::vector<int>& values) {
+  return Env::dim(std::accumulate(values.begin(), values.end(), int64_t{1}, std::multiplies<>()));
+}
+
+// Groups of several channels: on MLX's CPU its convolution kernel runs those 10-50x
+// slower than one batched matmul of the input's windows (grouped_matmul), and MLX
+// has no grouped 3-d convolution on any device. Mirrors
+// runtime_shim/mlx_ops/convolution.py.
+bool is_grouped_as_matmul(const etmlx_ir::Conv& op, const mx::array& x, const mx::array& w) {
+  return op.groups() > 1 && x.ndim() == w.ndim() && x.ndim() >= 3 && x.shape(-1) % op.groups() == 0 &&
+         w.shape(0) % op.groups() == 0 && int64_t{w.shape(-1)} * op.groups() == x.shape(-1) &&
+         (mx::default_device() == mx::Device::cpu || x.ndim() == 5);
+}
+
+// Grouped convolution as one matmul per group, batched: the padded input's windows
+// (N, *outputs, *kernel, C) regrouped to (groups, N * outputs, kernel * C/groups),
+// times each group's weights (groups, kernel * C/groups, O/groups).
+mx::array grouped_matmul(const etmlx_ir::Conv& op, const mx::array& x, const mx::array& w) {
+  const auto g = conv_geometry(op, x, w, "grouped");
+  const auto wide = accumulation_dtype(x);
+  const int groups = op.groups(), outputs = w.shape(0), per_group = x.shape(-1) / groups;
+  const int rows = Env::dim(int64_t{x.shape(0)} * product(g.outputs)), taps = product(g.kernel);
+  const int depth = Env::dim(int64_t{taps} * per_group);
+  auto patches = mx::reshape(windows(conv_padded(x, g, wide), g.outputs, g.kernel, g.stride, g.dilation),
+                             {rows, taps, groups, per_group});
+  patches = mx::reshape(mx::transpose(patches, {2, 0, 1, 3}), {groups, rows, depth});
+  const auto weights = mx::transpose(mx::reshape(mx::astype(w, wide), {groups, outputs / groups, depth}), {0, 2, 1});
+  mx::Shape shape{x.shape(0)};
+  shape.insert(shape.end(), g.outputs.begin(), g.outputs.end());
+  shape.push_back(outputs);
+  return mx::astype(mx::reshape(mx::transpose(mx::matmul(patches, weights), {1, 0, 2}), shape), x.dtype());
+}
+
 // A group per input channel, on MLX's CPU: its convolution kernel runs those
 // 3-14x slower than a sum of shifted products (depthwise_taps); on a GPU MLX's
 // is fast. Mirrors runtime_shim/mlx_ops/convolution.py.
@@ -62,40 +170,13 @@ bool is_depthwise_on_cpu(const etmlx_ir::Conv& op, const mx::array& x, const mx:
 // output channels per input channel, output channel c * m + j reads input
 // channel c. Half precision accumulates in float32, as PyTorch's kernels do.
 mx::array depthwise_taps(const etmlx_ir::Conv& op, const mx::array& x, const mx::array& w) {
-  const auto stride = ints(op.stride());
-  const auto padding = ints(op.padding());
-  const auto dilation = ints(op.dilation());
+  const auto g = conv_geometry(op, x, w, "depthwise");
   const size_t spatial = x.ndim() - 2;
-  const auto positive = [](const std::vector<int>& v) { return std::ranges::all_of(v, [](int i) { return i >= 1; }); };
-  if (stride.size() != spatial || padding.size() != spatial || dilation.size() != spatial || !positive(stride) ||
-      !positive(dilation) || !std::ranges::all_of(padding, [](int p) { return p >= 0; })) {
-    throw std::invalid_argument("depthwise convolution needs a positive stride and dilation and a padding of at least 0 "
-                                "per spatial dimension");
-  }
   const int channels = x.shape(-1), outputs = w.shape(0), multiplier = outputs / channels;
-  const bool half = x.dtype() == mx::float16 || x.dtype() == mx::bfloat16;
-  const auto wide = half ? mx::float32 : x.dtype();
-  Pads pads{{0, 0}};
-  for (int p : padding) {
-    pads.emplace_back(p, p);
-  }
-  pads.emplace_back(0, 0);
-  const auto padded = mx::pad(mx::astype(x, wide), pads, mx::array(0, wide));
-  std::vector<int> sizes, kernel;
-  int taps_count = 1;
-  for (size_t i = 0; i < spatial; ++i) {
-    const int64_t k = w.shape(static_cast<int>(i) + 1), n = padded.shape(static_cast<int>(i) + 1);
-    if (k < 1) {
-      throw std::invalid_argument("depthwise convolution with an empty kernel");
-    }
-    const int64_t size = (n - int64_t{dilation[i]} * (k - 1) - 1) / stride[i] + 1;
-    if (n - int64_t{dilation[i]} * (k - 1) - 1 < 0 || size < 1) {
-      throw std::invalid_argument("depthwise convolution: the dilated kernel is larger than the padded input");
-    }
-    sizes.push_back(static_cast<int>(size));
-    kernel.push_back(static_cast<int>(k));
-    taps_count *= static_cast<int>(k);
-  }
+  const auto wide = accumulation_dtype(x);
+  const auto padded = conv_padded(x, g, wide);
+  const auto& [stride, padding, dilation, kernel, sizes] = g;
+  const int taps_count = product(kernel);
   const auto taps = mx::reshape(mx::astype(w, wide), {channels, multiplier, taps_count});
   std::vector<int> offsets(spatial, 0);
   std::optional<mx::array> total;
@@ -139,6 +220,9 @@ mx::array conv(const etmlx_ir::Conv& op, Env& env) {
   }
   if (is_depthwise_on_cpu(op, x, w)) {
     return depthwise_taps(op, x, w);
+  }
+  if (is_grouped_as_matmul(op, x, w)) {
+    return grouped_matmul(op, x, w);
   }
   const auto padding = ints(op.padding());
   const std::vector<int> input_dilation{1};
@@ -197,39 +281,14 @@ PoolGeometry pool_geometry(const etmlx_ir::Pool& op, const mx::array& x) {
 
 // (N, *outputs, *kernel, C) view of the windows of x. Every window lies inside
 // x: pool_geometry padded x so the last one fits.
-mx::array windows(const mx::array& input, const PoolGeometry& g) {
-  const auto x = mx::contiguous(input);
-  const auto& shape = x.shape();
-  std::vector<int64_t> strides(shape.size(), 1);
-  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i) {
-    strides[i] = strides[i + 1] * shape[i + 1];
-  }
-  mx::Shape window_shape{shape.front()};
-  mx::Strides window_strides{strides.front()};
-  for (size_t i = 0; i < g.kernel.size(); ++i) {
-    window_shape.push_back(g.outputs[i]);
-    window_strides.push_back(strides[i + 1] * g.stride[i]);
-  }
-  for (size_t i = 0; i < g.kernel.size(); ++i) {
-    window_shape.push_back(g.kernel[i]);
-    window_strides.push_back(strides[i + 1]);
-  }
-  window_shape.push_back(shape.back());
-  window_strides.push_back(1);
-  return mx::as_strided(x, window_shape, window_strides, 0);
+mx::array windows(const mx::array& padded, const PoolGeometry& g) {
+  return windows(padded, g.outputs, g.kernel, g.stride, std::vector<int>(g.kernel.size(), 1));
 }
 
 std::vector<int> window_axes(const PoolGeometry& g) {
   std::vector<int> axes(g.kernel.size());
   std::iota(axes.begin(), axes.end(), 1 + static_cast<int>(g.kernel.size()));
   return axes;
-}
-
-Pads channels_last_pads(const std::vector<std::pair<int, int>>& spatial) {
-  Pads pads{{0, 0}};
-  pads.insert(pads.end(), spatial.begin(), spatial.end());
-  pads.emplace_back(0, 0);
-  return pads;
 }
 
 Pads spatial_pads(const PoolGeometry& g, const std::function<std::pair<int, int>(size_t)>& per_axis) {
