@@ -33,14 +33,27 @@ def _lower_full_like(ctx, node, args):
     ctx.bind(node, ctx.emit(Full, shape=shape, **fill_fields(value, out_dtype(node))))
 
 
+def _is_static(*values) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
 def _check_arange(node, args):
+    if _is_static(args.start, args.end, args.step):
+        return None
     if not isinstance(args.step, int) or any(isinstance(v, float) for v in (args.start, args.end)):
-        return "arange with a dynamic step or non-integer bounds"
+        return "arange of bounds known at run time with a dynamic step or non-integer bounds"
     return None
 
 
 @lowers("aten::arange.start_step", check=_check_arange)
 def _lower_arange(ctx, node, args):
+    """A range of known bounds is a constant, computed by PyTorch (DINOv3's patch
+    coordinates ``arange(0.5, n)`` and RoPE frequencies ``arange(0, 1, 4 / head_dim)``:
+    float steps that an MLX range would round otherwise); one with a bound known only at
+    run time is an Arange node."""
+    if _is_static(args.start, args.end, args.step):
+        ctx.bind(node, ctx.add_constant(torch.arange(args.start, args.end, args.step, dtype=out_dtype(node))))
+        return
     out = ctx.emit(
         Arange, start=ctx.size(args.start), stop=ctx.size(args.end), step=args.step, dtype=ir_dtype(out_dtype(node))
     )
