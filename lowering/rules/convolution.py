@@ -13,6 +13,7 @@ from etmlx.serializer.ir import int_or_slot
 from ..dtypes import check_floating, fill_fields
 from ..registry import lowers
 from .common import dtype_of, is_static, out_dtype, rank_of, shape_of, users_use_only_output
+from .separable import axis_matrices, lower_per_axis
 
 
 def _to_channels_last(rank: int) -> list:
@@ -152,17 +153,27 @@ def _lower_avg_pool(ctx, node, args):
 
 
 def _check_adaptive(node, args):
-    spatial = shape_of(args.self)[-len(args.output_size):]
-    if not all(isinstance(s, int) and s % o == 0 for s, o in zip(spatial, args.output_size)):
-        return "adaptive pooling whose input size is dynamic or not a multiple of the output size"
+    if not is_static(shape_of(args.self)[-len(args.output_size):]):
+        return "adaptive pooling of a dynamic spatial size"
     return None
+
+
+_ADAPTIVE = {2: torch.ops.aten._adaptive_avg_pool2d, 3: torch.ops.aten._adaptive_avg_pool3d}
 
 
 @lowers("aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool3d", check=_check_adaptive)
 def _lower_adaptive_avg_pool(ctx, node, args):
-    """With evenly dividing sizes adaptive pooling is plain average pooling."""
-    kernel = [s // o for s, o in zip(shape_of(args.self)[-len(args.output_size):], args.output_size)]
-    ctx.bind(node, _pool(ctx, node, args.self, PoolOp.Avg, kernel, kernel, [0], False))
+    """With evenly dividing sizes adaptive pooling is plain average pooling; else (a
+    pyramid pooling module's 1, 2, 3, 6 bins over a 16x16 map) an average over windows
+    of varying size per axis: a fixed matrix per axis (``separable.py``)."""
+    spatial, outputs = list(shape_of(args.self)[-len(args.output_size):]), list(args.output_size)
+    if all(s % o == 0 for s, o in zip(spatial, outputs)):
+        kernel = [s // o for s, o in zip(spatial, outputs)]
+        ctx.bind(node, _pool(ctx, node, args.self, PoolOp.Avg, kernel, kernel, [0], False))
+        return
+    pool = _ADAPTIVE[len(spatial)]
+    matrices = axis_matrices(lambda x, axis, sizes: pool(x, sizes), spatial, outputs)
+    lower_per_axis(ctx, node, args.self, matrices)
 
 
 

@@ -27,6 +27,7 @@ from etmlx.serializer.ir import int_or_slot
 from ..dtypes import dtype_name, ir_dtype
 from ..registry import lowers, op_name
 from .common import as_dtype, dim_size, dtype_of, is_static, normalize_axis, out_dtype, rank_of, reversed_along, shape_of
+from .separable import axis_matrices, lower_per_axis
 
 INT64_MAX = 2**63 - 1
 
@@ -397,6 +398,32 @@ def _lower_bilinear(ctx, node, args):
         step = ctx.emit(Binary, op=BinaryOp.Mul, a=delta, b=ctx.add_constant(w1.reshape(weight_shape)))
         out = ctx.emit(Binary, op=BinaryOp.Add, a=low, b=step)
     ctx.bind(node, out if dtype == torch.float32 else ctx.emit(AsType, x=out, dtype=ir_dtype(dtype)))
+
+
+_ANTIALIASED = {
+    "aten::_upsample_bilinear2d_aa": torch.ops.aten._upsample_bilinear2d_aa,
+    "aten::_upsample_bicubic2d_aa": torch.ops.aten._upsample_bicubic2d_aa,
+}
+
+
+def _check_antialiased(node, args):
+    if not dtype_of(args.self).is_floating_point:
+        return f"antialiased resizing of {dtype_name(dtype_of(args.self))} (PyTorch resizes it in fixed point)"
+    return None if is_static(shape_of(args.self)[2:]) else "antialiased resizing of a dynamic spatial size"
+
+
+@lowers(*_ANTIALIASED, check=_check_antialiased)
+def _lower_antialiased(ctx, node, args):
+    """``interpolate(..., antialias=True)``: a fixed filter per axis, one matmul each
+    (``separable.py``), its weights PyTorch's."""
+    resize = _ANTIALIASED[op_name(node.target)]
+    scales = (args.get("scales_h"), args.get("scales_w"))
+
+    def per_axis(x, axis, sizes):
+        return resize(x, sizes, args.align_corners, *(scales[a] if a == axis else None for a in range(2)))
+
+    spatial = list(shape_of(args.self)[2:])
+    lower_per_axis(ctx, node, args.self, axis_matrices(per_axis, spatial, list(args.output_size)))
 
 
 def _strided_view(args):

@@ -126,8 +126,8 @@ def test_3d_pooling():
         )
 
     delegated(fn, (x,), nodes=["Max", "Avg"])
-    reason = declined_reason(lambda x: F.adaptive_avg_pool3d(x, 2), (x,), "aten::_adaptive_avg_pool3d")
-    assert "not a multiple of the output size" in reason
+    uneven = delegated(lambda x: F.adaptive_avg_pool3d(x, (2, 4, 3)), (x,), nodes=["Matmul"])  # 5, 6, 7 bins
+    assert uneven.nodes.count("Matmul") == 3
     delegated(lambda x: F.max_pool3d(x, 2), (x.bfloat16(),), nodes=["Max"])  # PyTorch has no bf16 avg_pool3d
 
 
@@ -184,9 +184,22 @@ def test_dilated_max_pool_is_declined_but_correct():
     assert "dilated" in reason
 
 
-def test_uneven_adaptive_pool_is_declined_but_correct():
-    reason = declined(lambda x: F.adaptive_avg_pool2d(x, 3), (torch.randn(1, 2, 7, 8),), "aten::_adaptive_avg_pool2d")
-    assert "multiple" in reason
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_uneven_adaptive_pool_is_a_matmul_per_axis(dtype):
+    """A pyramid pooling module's bins (BEiT's and UperNet's heads): windows of varying
+    size, one fixed matrix per axis, computed by PyTorch at export."""
+    x = torch.randn(1, 2, 7, 8, dtype=dtype)
+    pools = lambda x: tuple(F.adaptive_avg_pool2d(x, bins) for bins in (1, 2, 3, 6, (5, 3)))  # noqa: E731
+    lowered = delegated(pools, (x,), nodes=["Matmul"])
+    assert lowered.nodes.count("Matmul") == 8  # two per pool but the global one (a mean)
+    delegated(lambda x: F.adaptive_avg_pool2d(x, 3), (x[0],), nodes=["Matmul"])  # unbatched
+
+
+def test_adaptive_pool_of_a_dynamic_size_is_declined_but_correct():
+    seq = torch.export.Dim("width", min=2, max=32)
+    reason = declined(lambda x: F.adaptive_avg_pool2d(x, 3), (torch.randn(1, 2, 7, 8),), "aten::_adaptive_avg_pool2d",
+                      dynamic_shapes=({3: seq},))
+    assert "dynamic" in reason
 
 
 def test_1d_pool_rules_lowered_directly():

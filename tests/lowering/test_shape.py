@@ -224,6 +224,25 @@ def test_bilinear_upsampling(dtype, align_corners):
     delegated(fn, (x,), nodes=["Take"])
 
 
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_antialiased_resizing_is_a_matmul_per_axis(align_corners):
+    """``antialias=True`` (TIPSv2's DPT head): down and up, sizes and scale factors.
+    (PyTorch's CPU kernels take float32 and float64 only.)"""
+    import torch.nn.functional as F
+
+    x = torch.randn(2, 3, 12, 10)
+
+    def fn(x):
+        return tuple(
+            F.interpolate(x, mode=mode, antialias=True, align_corners=align_corners, **size)
+            for mode in ("bilinear", "bicubic")
+            for size in (dict(size=(5, 4)), dict(scale_factor=0.3), dict(size=(17, 10)))
+        )
+
+    lowered = delegated(fn, (x,), nodes=["Matmul"])
+    assert lowered.nodes.count("Matmul") == 12
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_nearest_resizing_by_any_factor_indexes_as_pytorch(dtype):
     """Fractional factors up and down, sizes and scale factors (PyTorch computes those
