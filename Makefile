@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install native demo test test-wheel test-sanitize fuzz fuzz-sanitize bench clean
+.PHONY: install native demo test test-vision test-wheel test-sanitize fuzz fuzz-sanitize bench clean
 
 $(INSTALLED): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,7 +24,11 @@ demo: native
 # One worker per core; a file's tests stay together (its last test checks they covered
 # every rule of its family).
 test: native
-	$(PY) -m pytest -q -n auto --dist loadfile
+	$(PY) -m pytest -q -n auto --dist loadfile --ignore=tests/sweep
+
+# transformers' image families (tests/sweep): export, both runtimes, eager parity.
+test-vision: native
+	$(PY) -m pytest -q -n auto tests/sweep
 
 # What a pip user gets: the wheel, installed with its dependencies into a fresh venv,
 # exports and runs a model on both runtimes, building the native backend from the
