@@ -36,3 +36,29 @@ def test_too_late_when_mlx_came_first():
     probe = "import mlx.core; " + PROBE
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert "import etmlx first" in out
+
+
+LOAD_ORDER = """
+import ctypes, etmlx
+names = []
+class Info(ctypes.Structure):
+    _fields_ = [("addr", ctypes.c_void_p), ("name", ctypes.c_char_p)]
+Callback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(Info), ctypes.c_size_t, ctypes.c_void_p)
+def collect(info, size, data):
+    names.append((info.contents.name or b"").decode())
+    return 0
+ctypes.CDLL(None).dl_iterate_phdr(Callback(collect), None)
+print("\\n".join(names))
+"""
+
+
+def test_pytorch_keeps_its_own_blas_under_a_global_openblas():
+    """OpenBLAS loaded globally before PyTorch's library would take over PyTorch's BLAS
+    calls (eager attention 40x slower): PyTorch's library is loaded, and bound, first."""
+    if not any(os.path.exists(path) for path in blas.CANDIDATES):
+        pytest.skip("no system OpenBLAS: nothing is loaded globally")
+    loaded = subprocess.run([sys.executable, "-c", LOAD_ORDER], env={**os.environ, "ETMLX_BLAS": ""},
+                            capture_output=True, text=True, check=True).stdout.splitlines()
+    order = [next(i for i, name in enumerate(loaded) if name.endswith(library))
+             for library in ("libtorch_cpu.so", "libopenblas.so.0")]
+    assert order[0] < order[1], loaded
