@@ -351,6 +351,15 @@ def test_every_elementwise_rule_is_tested(whole_file):
     assert untested_rules("elementwise") == set()
 
 
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_a_float_squared_is_a_product(dtype):
+    """``x ** 2`` as ``x * x``, PyTorch's own computation: equal to the bit."""
+    x = torch.tensor([0.0, -0.0, 1e-30, -3.5, 1e20, float("inf"), float("-inf"), float("nan"), 7.25]).to(dtype)
+    lowered = delegated(lambda x: (x**2, x**2.0, x.pow(3)), (x,), nodes=["Mul", "Power"])
+    assert lowered.nodes.count("Power") == 1
+    torch.testing.assert_close(lowered.program.forward(x)[0], x**2, rtol=0, atol=0, equal_nan=True)
+
+
 def test_erf_on_mlx_cpu_is_accurate_to_float32():
     """On MLX's CPU both runtimes compute erf (and GELU) as the rational function of
     serializer/fit_erf.py: within 4e-7 of the exact value everywhere (mx.erf: 5.3e-7),
