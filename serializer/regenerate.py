@@ -163,6 +163,8 @@ def generate_cpp_constants(out_dir: pathlib.Path) -> None:
                                     ("kQuantizedFloatGroupSizes", c.QUANTIZED_FLOAT_GROUP_SIZES),
                                     ("kQuantizedCacheBits", c.QUANTIZED_CACHE_BITS))),
              f"inline constexpr double kErfClamp = {c.ERF_CLAMP!r};",
+             *(f"inline constexpr double {name} = {value!r};" for name, value in (
+                 ("kExpLow", c.EXP_LOW), ("kExpHigh", c.EXP_HIGH), ("kLn2High", c.LN2_HIGH), ("kLn2Low", c.LN2_LOW))),
              *(f"inline constexpr std::array<double, {len(values)}> {name} = {{{', '.join(map(repr, values))}}};"
                for name, values in (("kErfNumerator", c.ERF_NUMERATOR), ("kErfDenominator", c.ERF_DENOMINATOR))),
              "", "// The last error's kind, through the C interface (c_api.cpp).",

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -380,3 +381,27 @@ def test_erf_on_mlx_cpu_is_accurate_to_float32():
     assert edges[9].isnan()
     torch.testing.assert_close(gelu, F.gelu(x), rtol=0, atol=2e-6, equal_nan=True)
     torch.testing.assert_close(erf_bf16, x.bfloat16().erf(), rtol=0, atol=4e-3, equal_nan=True)
+
+
+def test_exp_sigmoid_and_silu_on_mlx_cpu_are_accurate_to_float32():
+    """On MLX's CPU both runtimes compute e^x as 2^k * e^r (cpu_math.py): within 2 ulps
+    wherever the result is a normal float32 (mx.exp's kernel: 9e-7 relative), 0 where
+    it would be subnormal, inf past the range; sigmoid (and so SiLU) from it."""
+    x = torch.cat([torch.linspace(-100, 100, 200_001),
+                   torch.tensor([0.0, -0.0, 88.72, 88.73, -87.3, -87.4, float("inf"), float("-inf"), float("nan")])])
+    lowered = lower(Fn(lambda x: (x.exp(), x.sigmoid(), F.silu(x), x.bfloat16().sigmoid())), (x,))
+    assert {"Exp", "Sigmoid"} <= set(lowered.nodes)  # F.silu reaches the graph as x * sigmoid(x)
+    results = {runtime: etmlx.load(lowered.pte, runtime=runtime).forward(x) for runtime in etmlx.RUNTIMES}
+    exp, sigmoid, silu, sigmoid_bf16 = results["python"]
+    for other in results.values():
+        torch.testing.assert_close(other, results["python"], rtol=1e-7, atol=0, equal_nan=True)
+    exact = x.double().exp()
+    normal = (exact > torch.finfo(torch.float32).tiny) & (exact < torch.finfo(torch.float32).max)
+    ulps = (exp.double() - exact).abs()[normal] / torch.from_numpy(np.spacing(exact[normal].float().numpy())).double()
+    assert ulps.max() <= 2
+    edges, inf = exp[-9:], float("inf")  # 0, -0, 88.72, 88.73, -87.3, -87.4, inf, -inf, nan
+    assert edges[:2].tolist() == [1.0, 1.0] and 3.3e38 < edges[2] < inf and edges[3] == inf
+    assert edges[4] > 0 and edges[5] == 0 and edges[6:8].tolist() == [inf, 0.0] and edges[8].isnan()
+    torch.testing.assert_close(sigmoid, x.sigmoid(), rtol=4e-7, atol=1e-30, equal_nan=True)
+    torch.testing.assert_close(silu, F.silu(x), rtol=4e-7, atol=1e-30, equal_nan=True)
+    torch.testing.assert_close(sigmoid_bf16, x.bfloat16().sigmoid(), rtol=0, atol=4e-3, equal_nan=True)

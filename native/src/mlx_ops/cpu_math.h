@@ -14,6 +14,10 @@ namespace etmlx::native::cpu_math {
 // erf as x * P(x*x) / Q(x*x) (serializer/fit_erf.py), in float32.
 mlx::core::array rational_erf(const mlx::core::array& x);
 
+// e^x as 2^k * e^r, r = x - k ln 2, e^r a Taylor polynomial, in float32; 0 where the
+// result would be subnormal, inf past float32's range, NaN kept.
+mlx::core::array exp_by_parts(const mlx::core::array& x);
+
 // The op's faster form for `x` on MLX's CPU, or nothing where MLX's own is used.
 std::optional<mlx::core::array> unary(etmlx_ir::UnaryOp op, const mlx::core::array& x);
 
