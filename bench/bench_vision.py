@@ -1,134 +1,150 @@
-"""Per-call time of the vision models of examples/vision.py: eager PyTorch, the `.pte` on
-both runtimes, and the same model written with MLX's own ops (``mx.conv2d`` for every
-convolution, depthwise included: what a port to MLX by hand runs), as ratios in one run.
-On MLX's CPU etmlx runs depthwise convolutions as sums of shifted products
-(runtime_shim/mlx_ops/convolution.py); the MLX column shows what MLX's own kernel costs.
-Swin has no MLX column (no depthwise convolution to compare).
+"""Per-call time of transformers' image models at a named checkpoint's shape (random
+weights: examples/transformers_vision.py's ``NAMED``) as ``.pte`` on both runtimes,
+against eager PyTorch in one run; where the time goes in the slowest, by IR operation
+(runtime_shim/node_profile.py); and micro-benchmarks of the MLX CPU kernels behind
+those operations against PyTorch's, next to the form etmlx runs where it has its own.
 
-    python bench/bench_vision.py [--size 224]
+    python bench/bench_vision.py [--models ResNet-50 ViT-B/16 ...] [--calls 10] [--breakdowns 3]
 """
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
-sys.path.insert(0, HERE)
 
 import etmlx  # noqa: E402  (first: OpenBLAS under mlx)
 import etmlx.native  # noqa: E402
 import mlx.core as mx  # noqa: E402
-import mlx.nn as mnn  # noqa: E402
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 from etmlx.runtime_shim.blas import preload_openblas  # noqa: E402
+from etmlx.runtime_shim.mlx_ops import convolution, cpu_math  # noqa: E402
+from etmlx.runtime_shim.node_profile import node_seconds  # noqa: E402
 from etmlx.timing import median_seconds  # noqa: E402
 
-from examples import vision  # noqa: E402
-from timing import print_table  # noqa: E402
+from examples import transformers_vision  # noqa: E402
 
-CALLS = 20
-
-
-def _array(tensor) -> mx.array:
-    return mx.array(tensor.detach().numpy())
+SHOWN_OPERATIONS = 6
 
 
-def _conv(conv: torch.nn.Conv2d):
-    """``conv`` as ``mx.conv2d`` on channels-last arrays."""
-    weight = _array(conv.weight.permute(0, 2, 3, 1))
-    bias = None if conv.bias is None else _array(conv.bias)
-
-    def run(x):
-        y = mx.conv2d(x, weight, stride=conv.stride, padding=conv.padding, groups=conv.groups)
-        return y if bias is None else y + bias
-
-    return run
+def _outputs(value) -> tuple:
+    return value if isinstance(value, tuple) else (value,)
 
 
-def _batch_norm(norm: torch.nn.BatchNorm2d):
-    scale = norm.weight / torch.sqrt(norm.running_var + norm.eps)
-    scale, shift = _array(scale), _array(norm.bias - norm.running_mean * scale)
-    return lambda x: x * scale + shift
+def time_model(label: str, calls: int, tmp: str) -> dict:
+    name, overrides = transformers_vision.NAMED[label]
+    module, inputs = transformers_vision.build(name, overrides=overrides)
+    path = os.path.join(tmp, f"{name}.pte")
+    etmlx.export(module, inputs, path)
+    with torch.no_grad():
+        expected = _outputs(module(*inputs))
+        row = {"label": label, "path": path, "inputs": inputs,
+               "eager": median_seconds(lambda: module(*inputs), repeat=calls)}
+    worst = 0.0
+    for runtime in etmlx.RUNTIMES:
+        program = etmlx.load(path, runtime=runtime)
+        actual = _outputs(program.forward(*inputs))
+        worst = max([worst] + [float((a - e).abs().max() / e.abs().max()) for a, e in zip(actual, expected)])
+        row[runtime] = median_seconds(lambda: program.forward(*inputs), repeat=calls)
+    row["difference"] = worst
+    return row
 
 
-def _linear(linear: torch.nn.Linear):
-    weight, bias = _array(linear.weight.T), _array(linear.bias)
-    return lambda x: x @ weight + bias
+def print_models(rows: list) -> None:
+    print(f"\n{'model':18s} {'eager ms':>9s} " + " ".join(f"{r + ' ms':>15s}" for r in etmlx.RUNTIMES)
+          + "  largest difference (of the output's scale)")
+    for row in rows:
+        cells = " ".join(f"{row[r] * 1e3:8.1f} ({row[r] / row['eager']:4.1f}x)" for r in etmlx.RUNTIMES)
+        print(f"{row['label']:18s} {row['eager'] * 1e3:9.1f} {cells}  {row['difference']:.1e}")
+    for runtime in etmlx.RUNTIMES:
+        ratios = [row[runtime] / row["eager"] for row in rows]
+        print(f"{runtime}: median {statistics.median(ratios):.1f}x eager, largest {max(ratios):.1f}x")
 
 
-def _layer_norm(norm: torch.nn.LayerNorm):
-    weight, bias = _array(norm.weight), _array(norm.bias)
-    return lambda x: mx.fast.layer_norm(x, weight, bias, norm.eps)
+def print_breakdown(row: dict) -> None:
+    seconds = node_seconds(row["path"], list(row["inputs"]))
+    total = sum(seconds.values())
+    print(f"\n{row['label']}: {row['python'] / row['eager']:.1f}x eager; node by node (uncompiled) {total * 1e3:.1f} ms")
+    for operation, spent in seconds.most_common(SHOWN_OPERATIONS):
+        print(f"  {operation:22s} {spent * 1e3:8.1f} ms  {spent / total:5.1%}")
 
 
-def mlx_model(module):
-    """The model with MLX's own ops on channels-last arrays, or None for Swin."""
-    layers = {torch.nn.Conv2d: _conv, torch.nn.BatchNorm2d: _batch_norm, torch.nn.Linear: _linear,
-              torch.nn.LayerNorm: _layer_norm, torch.nn.ReLU6: lambda _: (lambda x: mx.clip(x, 0, 6)),
-              torch.nn.GELU: lambda _: (lambda x: mnn.gelu(x))}
+def _mx_ms(fn, *arrays) -> float:
+    compiled = mx.compile(fn)
+    return median_seconds(lambda: mx.eval(compiled(*arrays)), repeat=20) * 1e3
 
-    def sequence(seq):
-        steps = [layers[type(m)](m) for m in seq]
 
-        def run(x):
-            for step in steps:
-                x = step(x)
-            return x
+def _torch_ms(fn, *tensors) -> float:
+    with torch.no_grad():
+        return median_seconds(lambda: fn(*tensors), repeat=20) * 1e3
 
-        return run
 
-    if isinstance(module, vision.MobileNet):
-        stem = sequence(module.stem)
-        blocks = [(sequence(b.layers), b.residual) for b in module.blocks]
-        body = [stem] + [(lambda x, f=f, r=r: x + f(x) if r else f(x)) for f, r in blocks]
-    elif isinstance(module, vision.ConvNeXt):
-        def block(b):
-            depthwise, norm, mlp, scale = _conv(b.depthwise), _layer_norm(b.norm), sequence(b.mlp), _array(b.scale)
-            return lambda x: x + scale * mlp(norm(depthwise(x)))
+def micro_benchmarks() -> None:
+    """MLX's CPU kernel, etmlx's own form where it runs one, PyTorch's: each compiled
+    alone on a shape from the models above."""
+    def normal(*shape):
+        array = mx.random.normal(shape)
+        mx.eval(array)
+        return array, torch.from_numpy(__import__("numpy").array(array))
 
-        body = [_conv(module.stem), *map(block, module.stage1), _conv(module.down), *map(block, module.stage2),
-                _layer_norm(module.norm)]
-    else:
-        return None
-    head = _linear(module.head)
+    def channels_first(tensor):
+        return tensor.permute(0, 3, 1, 2).contiguous()
 
-    def forward(x):
-        for step in body:
-            x = step(x)
-        return head(mx.mean(x, axis=(1, 2)))
-
-    return mx.compile(forward)
+    act, act_t = normal(197, 3072)
+    scores, scores_t = normal(12, 197, 197)
+    rows, rows_t = normal(197, 768)
+    weight, weight_t = normal(768, 3072)
+    image, image_t = normal(1, 56, 56, 96)
+    depthwise, depthwise_t = normal(96, 7, 7, 1)
+    grouped_in, grouped_in_t = normal(1, 28, 28, 104)
+    grouped, grouped_t = normal(104, 3, 3, 8)
+    dense_in, dense_in_t = normal(1, 56, 56, 64)
+    dense, dense_t = normal(64, 3, 3, 64)
+    cases = [
+        ("erf 197x3072", (mx.erf, act), (cpu_math.rational_erf, act), (torch.erf, act_t)),
+        ("exp 197x3072", (mx.exp, act), None, (torch.exp, act_t)),
+        ("sigmoid 197x3072", (mx.sigmoid, act), None, (torch.sigmoid, act_t)),
+        ("tanh 197x3072", (mx.tanh, act), None, (torch.tanh, act_t)),
+        ("softmax 12x197x197", (lambda s: mx.softmax(s, axis=-1), scores), None,
+         (lambda s: torch.softmax(s, -1), scores_t)),
+        ("layer norm 197x768", (lambda r: mx.fast.layer_norm(r, None, None, 1e-6), rows), None,
+         (lambda r: F.layer_norm(r, (768,)), rows_t)),
+        ("matmul 197x768x3072", (mx.matmul, rows, weight), None, (torch.matmul, rows_t, weight_t)),
+        ("conv 3x3 56x56x64", (lambda x, w: mx.conv2d(x, w, padding=1), dense_in, dense), None,
+         (lambda x, w: F.conv2d(x, w, padding=1), channels_first(dense_in_t), channels_first(dense_t))),
+        ("depthwise 7x7 56x56x96", (lambda x, w: mx.conv2d(x, w, padding=3, groups=96), image, depthwise),
+         (lambda x, w: convolution._depthwise_taps(x, w, [1, 1], [3, 3], [1, 1]), image, depthwise),
+         (lambda x, w: F.conv2d(x, w, padding=3, groups=96), channels_first(image_t), channels_first(depthwise_t))),
+        ("grouped 3x3/13 28x28x104", (lambda x, w: mx.conv2d(x, w, padding=1, groups=13), grouped_in, grouped),
+         (lambda x, w: convolution._grouped_matmul(x, w, 13, [1, 1], [1, 1], [1, 1]), grouped_in, grouped),
+         (lambda x, w: F.conv2d(x, w, padding=1, groups=13), channels_first(grouped_in_t), channels_first(grouped_t))),
+    ]
+    print(f"\n{'kernel':24s} {'MLX ms':>8s} {'etmlx ms':>9s} {'torch ms':>9s}  MLX / torch")
+    for label, mlx_case, etmlx_case, torch_case in cases:
+        mlx_ms, torch_ms = _mx_ms(*mlx_case), _torch_ms(*torch_case)
+        own = f"{_mx_ms(*etmlx_case):9.2f}" if etmlx_case else f"{'-':>9s}"
+        print(f"{label:24s} {mlx_ms:8.2f} {own} {torch_ms:9.2f}  {mlx_ms / torch_ms:6.1f}x")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--size", type=int, default=224, help="input height and width")
+    parser.add_argument("--models", nargs="+", default=list(transformers_vision.NAMED),
+                        choices=list(transformers_vision.NAMED), metavar="MODEL")
+    parser.add_argument("--calls", type=int, default=10, help="timed calls per model and runtime (the median)")
+    parser.add_argument("--breakdowns", type=int, default=3, help="how many of the slowest models to break down")
     args = parser.parse_args()
-    print(f"MLX CPU; BLAS: {preload_openblas()}; input 1x3x{args.size}x{args.size}, median of {CALLS} calls")
+    print(f"MLX CPU; BLAS: {preload_openblas()}; torch threads: {torch.get_num_threads()}; random weights, batch 1")
     with tempfile.TemporaryDirectory() as tmp:
-        for name in ("mobilenet", "convnext", "swin"):
-            module, (x,), _ = getattr(vision, name)(args.size)
-            path = os.path.join(tmp, f"{name}.pte")
-            etmlx.export(module, (x,), path)
-            with torch.no_grad():
-                expected = module(x).numpy()
-                rows = [("eager PyTorch", median_seconds(lambda: module(x), repeat=CALLS))]
-            errors = []
-            for runtime in etmlx.RUNTIMES:
-                program = etmlx.load(path, runtime=runtime)
-                errors.append(np.abs(program.forward(x).numpy() - expected).max())
-                rows.append((f"etmlx {runtime}", median_seconds(lambda: program.forward(x), repeat=CALLS)))
-            by_hand = mlx_model(module)
-            if by_hand is not None:
-                x_last = mx.array(x.permute(0, 2, 3, 1).numpy())
-                errors.append(np.abs(np.array(by_hand(x_last)) - expected).max())
-                seconds = median_seconds(lambda: mx.eval(by_hand(x_last)), repeat=CALLS)
-                rows.append(("MLX's own ops (mx.conv2d)", seconds))
-            print(f"\n{name} (largest difference from eager: {max(errors):.1e})")
-            print_table(rows, "eager PyTorch")
+        rows = [time_model(label, args.calls, tmp) for label in args.models]
+        print_models(rows)
+        slowest = sorted(rows, key=lambda row: row["python"] / row["eager"], reverse=True)[: args.breakdowns]
+        for row in slowest:
+            print_breakdown(row)
+    micro_benchmarks()
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 delegates evaluated on its own and timed, summed per operation (a family table's node
 under its op, ``Unary.Erf``, as ``mlx_ops.handled_operations`` names them).
 
-Node by node there is no ``mx.compile`` fusion and each node waits for its inputs, so
-the total exceeds a compiled call's time; the shares are what it shows: which
+Node by node there is no ``mx.compile`` fusion across nodes and each node waits for its
+inputs, so the total exceeds a compiled call's time; the shares are what it shows: which
 operations a model spends its time in, to compare with a micro-benchmark of MLX's
 kernel for each.
 """
@@ -17,6 +17,7 @@ import mlx.core as mx
 from etmlx.serializer.ir import enum_names, op_enum
 
 from . import mlx_ops
+from .mlx_ops import cpu_math
 
 
 def node_seconds(pte, inputs: list, calls: int = 3, method: str = "forward") -> Counter:
@@ -46,6 +47,10 @@ def node_seconds(pte, inputs: list, calls: int = 3, method: str = "forward") -> 
     os.environ["ETMLX_COMPILE"] = "0"
     # CheckIndex keeps its handler: the delegate tells checks apart by it.
     mlx_ops.HANDLERS.update({t: timed(t, h) for t, h in original.items() if t != "CheckIndex"})
+    # cpu_math's forms are many operations that a compiled call fuses into one: compiled
+    # alone here, so each is timed as it runs in the program.
+    forms = dict(cpu_math.UNARY_OP)
+    cpu_math.UNARY_OP.update({op: mx.compile(form) for op, form in forms.items()})
     try:
         program = load(pte)
         program.run_method(method, inputs)
@@ -54,6 +59,7 @@ def node_seconds(pte, inputs: list, calls: int = 3, method: str = "forward") -> 
             program.run_method(method, inputs)
     finally:
         mlx_ops.HANDLERS.update(original)
+        cpu_math.UNARY_OP.update(forms)
         if previous is None:
             del os.environ["ETMLX_COMPILE"]
         else:
