@@ -12,6 +12,7 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 
 @torch.library.custom_op("etmlx::sdpa", mutates_args=())
@@ -28,7 +29,9 @@ def sdpa(
 
 
 def _attention(q, k, v, attn_mask, is_causal, scale):
-    gqa = q.dim() >= 3 and k.shape[-3] != q.shape[-3]
+    # grouped-query unless the head counts are known equal (no guard on symbolic sizes;
+    # enable_gqa with equal counts computes the same)
+    gqa = q.dim() >= 3 and not statically_known_true(k.shape[-3] == q.shape[-3])
     return F.scaled_dot_product_attention(q, k, v, attn_mask, is_causal=is_causal, scale=scale, enable_gqa=gqa)
 
 

@@ -9,7 +9,9 @@ file ends in a ``PteFormatError``:
 - every tensor a plan computes into is memory planned (only inputs and outputs, which
   the caller provides, may not be);
 - the plan lists its memory-planned buffer sizes (ExecuTorch's writer always lists at
-  least memory id 0; the runtime's Python bindings abort on a plan without the list).
+  least memory id 0; the runtime's Python bindings abort on a plan without the list);
+- an integer ``mod`` or ``floordiv`` of its size arithmetic does not divide by a stored
+  zero (or the least int64 by -1): ExecuTorch's prim ops trap (SIGFPE).
 """
 
 from etmlx.runtime_shim import pte_types as t
@@ -21,13 +23,20 @@ def check_program(program: t.Program) -> None:
         if not plan.non_const_buffer_sizes:
             raise PteFormatError(f"method {plan.name!r}: the plan lists no memory-planned buffer sizes")
         _check_lists(plan)
-        _check_kernel_arguments(plan)
+        written = _check_kernel_arguments(plan)
+        _check_divisors(plan, written)
         _check_planned(plan)
 
 
-def _check_kernel_arguments(plan: t.ExecutionPlan) -> None:
-    schemas = {}
+def _check_kernel_arguments(plan: t.ExecutionPlan) -> set:
+    """Checks each KernelCall's arguments; returns the values the plan writes at run
+    time (its inputs, kernels' results, delegates' arguments, moves' destinations)."""
+    schemas, written = {}, set(plan.inputs)
     for index, ins in enumerate(plan.instructions):
+        if isinstance(ins, t.DelegateCall):
+            written.update(ins.args)
+        elif isinstance(ins, t.MoveCall):
+            written.add(ins.move_to)
         if not isinstance(ins, t.KernelCall):
             continue
         op = plan.operators[ins.op_index]
@@ -41,6 +50,22 @@ def _check_kernel_arguments(plan: t.ExecutionPlan) -> None:
             value = plan.values[value_index]
             if not _accepts(kind, value):
                 raise PteFormatError(f"{where}: argument {position} is a {type(value).__name__}, the operator takes {kind}")
+        written.update(ins.args[len(expected) :])
+    return written
+
+
+_INTEGER_DIVISIONS = ("executorch_prim::mod.Scalar", "executorch_prim::floordiv.Scalar")
+_INT64_MIN = -(1 << 63)
+
+
+def _check_divisors(plan: t.ExecutionPlan, written: set) -> None:
+    for index, ins in enumerate(plan.instructions):
+        if not isinstance(ins, t.KernelCall) or plan.operators[ins.op_index].qualified not in _INTEGER_DIVISIONS:
+            continue
+        (a, b), stored = ins.args[:2], lambda i: None if i in written else plan.values[i]
+        if stored(b) == 0 or (stored(b) == -1 and stored(a) == _INT64_MIN):
+            raise PteFormatError(f"method {plan.name!r}, instruction {index} "
+                                 f"({plan.operators[ins.op_index].qualified}): divides by a stored {stored(b)}")
 
 
 def _check_lists(plan: t.ExecutionPlan) -> None:

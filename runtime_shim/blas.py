@@ -56,7 +56,10 @@ def _bind_torch_to_its_own_blas() -> None:
     """Loads PyTorch's CPU library (not PyTorch: 0.2 s, not 1.5) unless it is loaded."""
     if "torch" in sys.modules:
         return
-    spec = importlib.util.find_spec("torch")
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):  # blocked, as in a runtime that runs without PyTorch
+        return
     library = spec and spec.origin and os.path.join(os.path.dirname(spec.origin), "lib", "libtorch_cpu.so")
     if library and os.path.exists(library):
         try:

@@ -234,6 +234,9 @@ def _convolution(dtype):
         "aten::col2im": lambda x, y, d: aten.col2im(x.reshape(2, 4, 15), [4, 6], [2, 2], [1, 1], [0, 0], [1, 1]),
         "aten::upsample_bilinear2d.vec": lambda x, y, d: aten.upsample_bilinear2d.vec(x, None, False, [2.0, 1.5]),
         "aten::upsample_nearest2d.vec": lambda x, y, d: aten.upsample_nearest2d.vec(x, [8, 10], None),
+        # PyTorch's CPU antialiased kernels take float32 and float64 only
+        "aten::_upsample_bilinear2d_aa": lambda x, y, d: aten._upsample_bilinear2d_aa(x.float(), [3, 2], False, None, None),
+        "aten::_upsample_bicubic2d_aa": lambda x, y, d: aten._upsample_bicubic2d_aa(x.float(), [5, 7], True, None, None),
     }
 
 

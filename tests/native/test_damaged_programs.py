@@ -278,3 +278,22 @@ def test_a_growing_buffer_along_an_axis_it_does_not_have(tmp_path):
         struct.pack_into("<i", body, _field_position(buffer, 4 + 2 * 4), 9)  # grow_axis
 
     _load_everywhere(_patched(path.read_bytes(), patch), "grows along axis 9 of a rank-4 shape")
+
+
+@pytest.mark.parametrize("operator", ["mod", "floordiv"])
+def test_size_arithmetic_that_divides_by_a_stored_zero(operator):
+    """Found by the fuzzer: ExecuTorch's integer prim ops trap (SIGFPE) dividing by zero,
+    or the least int64 by -1; plan_checks refuses a stored such divisor, not one the
+    plan computes (stored as a placeholder 0)."""
+    from etmlx.native.plan_checks import _check_divisors
+    from etmlx.runtime_shim import pte_types as t
+
+    def plan(values):
+        return t.ExecutionPlan("forward", values, (), (2,), [t.KernelCall(0, (0, 1, 2))],
+                               [t.Operator(f"executorch_prim::{operator}", "Scalar")], [], (0,))
+
+    for values in ([7, 0, 0], [-(1 << 63), -1, 0]):
+        with pytest.raises(PteFormatError, match="divides by a stored"):
+            _check_divisors(plan(values), written={2})
+    _check_divisors(plan([7, 0, 0]), written={1, 2})  # a divisor computed at run time
+    _check_divisors(plan([7, 3, 0]), written={2})
