@@ -26,7 +26,7 @@ MODELS = ("encoder_block", "llama:64:2:64")
 
 def _methods(model: str) -> dict:
     """``{method: ExportedProgram}`` of ``model``, traced once."""
-    from etmlx.exporter import trace
+    from etmlx.pipeline import trace
 
     if model == "encoder_block":
         from examples import models
@@ -41,7 +41,7 @@ def _methods(model: str) -> dict:
 
 def _lower(methods: dict, path: str) -> None:
     if path == "etmlx":
-        from etmlx.exporter import lower_methods
+        from etmlx.pipeline import lower_methods
 
         lower_methods(methods)[0].buffer
         return

@@ -1,7 +1,7 @@
 """Tiny Llama generation six ways, in one run: the .pte through etmlx's Python runtime
 and through ExecuTorch's C++ runtime with the native backend (``forward(tokens,
 cache_position)``, KV cache inside the MLX delegate, attention over its filled part:
-``etmlx.causal_lm``), the same file driven by ExecuTorch's own LLM runner
+``etmlx.llm.causal_lm``), the same file driven by ExecuTorch's own LLM runner
 (``TextLLMRunner``, its timings), the Python runtime on the whole-cache form transformers'
 export wrapper writes, eager PyTorch (transformers' static cache), and mlx-lm's llama built
 from its ModelArgs with the same weights. fp32 activations. Then the resident memory of a
@@ -12,10 +12,10 @@ loaded program against the size of its weights, per runtime.
 mlx-lm's own (``nn.quantize``, same bits and group size) of the same float weights for
 mlx-lm; ``mxfp8``/``nvfp4``: ExecuTorch's exportable configs, and MLX's own mode of that
 name for mlx-lm. ``--max-cache`` sizes the KV cache (default: the prompt and new tokens, plus 8).
-``--kv-bits 8|4`` quantizes the KV cache (``etmlx.quantized_cache``, groups of
+``--kv-bits 8|4`` quantizes the KV cache (``etmlx.llm.quantized_cache``, groups of
 ``--kv-group-size``), mlx-lm's ``QuantizedKVCache`` of the same bits and group size
 from the first token; the float cache is then the eager reference the quantized
-runs are measured against. ``--gguf FILE`` takes a Llama GGUF file instead (``etmlx.gguf_model``: its quantized
+runs are measured against. ``--gguf FILE`` takes a Llama GGUF file instead (``etmlx.llm.gguf_model``: its quantized
 blocks kept), mlx-lm getting its dequantized weights quantized by its own means at the
 file's most common width in groups of 32 (``python -m examples.llm_gguf`` writes one).
 
@@ -42,9 +42,9 @@ import torch  # noqa: E402
 from etmlx.runtime_shim.blas import preload_openblas  # noqa: E402
 
 import llm  # noqa: E402
-from etmlx import gguf_model  # noqa: E402
+from etmlx.llm import gguf_model  # noqa: E402
 from etmlx.inspection import inspect_program  # noqa: E402
-from etmlx.quantization import CHOICES, FLOAT_SCHEMES, MIXED, quantized_copy  # noqa: E402
+from etmlx.quant.weights import CHOICES, FLOAT_SCHEMES, MIXED, quantized_copy  # noqa: E402
 
 
 def mlx_lm_llama(model, quantize=None, group_size=64):
@@ -310,7 +310,7 @@ def main() -> None:
     compared = ("etmlx python", "etmlx native") if args.kv_bits else ("etmlx python", "etmlx native", "  whole cache",
                                                                       "eager PyTorch")
     same = len({tuple(runs[name][2]) for name in compared}) == 1
-    print("etmlx: attention over the filled cache (etmlx.causal_lm); '  whole cache': the Python runtime "
+    print("etmlx: attention over the filled cache (etmlx.llm.causal_lm); '  whole cache': the Python runtime "
           "attending over the whole cache (transformers' export wrapper)")
     reference = runs[compared[-1]][2]
     runner_same = runner[2] == tokenizer.decode(reference)

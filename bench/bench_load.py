@@ -121,7 +121,7 @@ def _export(directory: str, quantize, hidden: int, layers: int, max_cache: int, 
 
     model = llm.tiny_llama(hidden=hidden, layers=layers, max_cache=max_cache)
     if quantize:
-        from etmlx.quantization import quantized_copy
+        from etmlx.quant.weights import quantized_copy
 
         model, _ = quantized_copy(model, quantize, 64, True)
     path = os.path.join(directory, f"llama-{quantize or 'fp32'}.pte")

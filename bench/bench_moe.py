@@ -1,13 +1,13 @@
 """A tiny Mixtral (mixture of experts: each token's top 2 of 8 SwiGLU experts) generating,
 in one run: the .pte on etmlx's Python runtime and on ExecuTorch's C++ runtime with the
-native backend (``etmlx.causal_lm``: the router's top-k and the experts' ``mx.gather_mm``
+native backend (``etmlx.llm.causal_lm``: the router's top-k and the experts' ``mx.gather_mm``
 inside the MLX delegate), the same export with the gather_mm fusion switched off (each
 token's expert weights gathered, then matmuls: what lowering emitted before), eager
 PyTorch (transformers' default ``grouped_mm`` experts, static cache) and mlx-lm's
 mixtral with the same weights. fp32 activations.
 
 ``--quantize int4|int8`` quantizes the weights (linear layers, embeddings and expert
-stacks, groups of ``--group-size``): ``etmlx.quantization`` for the .pte and eager
+stacks, groups of ``--group-size``): ``etmlx.quant.weights`` for the .pte and eager
 PyTorch, mlx-lm's own ``nn.quantize`` of the same float weights for mlx-lm.
 
     python bench/bench_moe.py [--hidden 256 --layers 4 --experts 8 --prompt 64 --new-tokens 32]
@@ -29,7 +29,7 @@ import mlx.core as mx  # noqa: E402
 import llm  # noqa: E402
 from bench_llm import eager_runner, etmlx_runner, mlx_lm_runner, time_generation  # noqa: E402
 from etmlx.lowering import fusions  # noqa: E402
-from etmlx.quantization import SCHEMES, quantized_copy  # noqa: E402
+from etmlx.quant.weights import SCHEMES, quantized_copy  # noqa: E402
 from etmlx.runtime_shim.blas import preload_openblas  # noqa: E402
 
 

@@ -85,7 +85,7 @@ def main() -> None:
         return rank_main(args.rank_of, args.runtime, args.prompt, args.new_tokens)
 
     import llm
-    from etmlx import causal_lm
+    from etmlx.llm import causal_lm
 
     capacity = args.prompt + args.new_tokens + 8
     model = llm.tiny_llama(hidden=args.hidden, layers=args.layers, max_cache=capacity).eval()

@@ -1,5 +1,5 @@
 """The ``etmlx`` command: export, run, inspect, ops, build-native; export-llm, generate and
-chat (``llm_cli.py``)."""
+chat (``llm/cli.py``)."""
 
 import argparse
 import importlib.util
@@ -10,7 +10,7 @@ import sys
 
 from . import progress
 from .errors import EtMlxError
-from .quantization import CHOICES
+from .quant.weights import CHOICES
 
 
 def main(argv=None) -> int:
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     ops.add_argument("--json", action="store_true", help="machine-readable output")
     ops.set_defaults(handler=_ops)
 
-    from .llm_cli import add_commands
+    from .llm.cli import add_commands
 
     add_commands(commands)
 
@@ -120,8 +120,8 @@ def _export(args) -> int:
     module, inputs, dynamic_shapes = (*made, None) if len(made) == 2 else made
     with progress.shown(sys.stderr.isatty()):
         result = export(
-            module, inputs, args.output, dynamic_shapes, args.quantize, args.group_size, args.quantize_embeddings,
-            args.tensor_parallel,
+            module, inputs, args.output, dynamic_shapes=dynamic_shapes, quantize=args.quantize,
+            group_size=args.group_size, quantize_embeddings=args.quantize_embeddings, tensor_parallel=args.tensor_parallel,
         )
     if args.tensor_parallel:
         sizes = ", ".join(f"{os.path.basename(rank.path)} {rank.size_bytes} bytes" for rank in result.ranks)
@@ -133,7 +133,7 @@ def _export(args) -> int:
     if args.quantize:
         print(f"quantized to {args.quantize}: {len(result.quantized)} layer(s): {', '.join(result.quantized) or 'none'}")
         if not args.tensor_parallel:
-            from .llm_cli import print_formats
+            from .llm.cli import print_formats
 
             print_formats(result.formats)
     print(result.report.summary())
@@ -185,7 +185,7 @@ def _run(args) -> int:
     from . import load
     from .inspection import inspect_program
     from .runtime_shim.blas import preload_openblas
-    from .tensor_parallel import is_tensor_parallel, rank_file
+    from .parallel.ranks import is_tensor_parallel, rank_file
     from .timing import call_times
 
     program = load(args.pte, runtime=args.runtime)
@@ -213,7 +213,7 @@ def _run(args) -> int:
 def _inspect(args) -> int:
     from .inspection import format_text, inspect_program
 
-    from .tensor_parallel import is_tensor_parallel, manifest, rank_file
+    from .parallel.ranks import is_tensor_parallel, manifest, rank_file
 
     if is_tensor_parallel(args.pte):  # the ranks' programs differ only in their shards: rank 0 speaks for all
         shards = manifest(args.pte)

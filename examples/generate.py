@@ -1,6 +1,6 @@
 """Greedy generation on MLX with a KV cache: a tiny Hugging Face Llama (or, with
 ``--model mixtral``, a mixture of experts) exported to one .pte in ExecuTorch's LLM-runner
-convention (``forward(tokens, cache_position)``, ``etmlx.causal_lm``), compared token for
+convention (``forward(tokens, cache_position)``, ``etmlx.llm.causal_lm``), compared token for
 token with eager PyTorch's greedy generation of the same model. With ``--quantize int4`` (or int8) the weights of linear layers and
 embeddings are quantized first (torchao, weight-only) and run on MLX's quantized
 kernels; the reference is then the quantized model in eager PyTorch.
@@ -19,7 +19,7 @@ import etmlx  # noqa: E402  (first, so mlx runs on OpenBLAS where available)
 import torch  # noqa: E402
 
 import llm  # noqa: E402
-from etmlx.quantization import CHOICES  # noqa: E402
+from etmlx.quant.weights import CHOICES  # noqa: E402
 
 PROMPT = [5, 17, 42, 8, 99, 3]
 MODELS = {"llama": llm.tiny_llama, "mixtral": llm.tiny_mixtral}
@@ -40,7 +40,7 @@ def main() -> None:
 
     model = MODELS[args.model]()
     if args.quantize:
-        from etmlx.quantization import quantized_copy
+        from etmlx.quant.weights import quantized_copy
 
         model, layers = quantized_copy(model, args.quantize, args.group_size)
         print(f"quantized {len(layers)} layers to {args.quantize}, groups of {args.group_size}")

@@ -20,7 +20,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import etmlx  # noqa: E402  (first, so mlx runs on OpenBLAS where available)
-from etmlx import causal_lm, generation  # noqa: E402
+from etmlx.llm import causal_lm, generation  # noqa: E402
 
 PROMPT = [5, 17, 42, 8, 99, 3]
 NEW_TOKENS = 16

@@ -3,7 +3,7 @@
 The model is built from a small config with random weights (nothing is downloaded).
 Its static KV cache is a set of module buffers, written at ``cache_position`` by each
 call of ``forward`` (prefill chunks and decode steps alike); etmlx keeps them inside the
-MLX delegate, and attention reads only the filled part of the cache (``etmlx.causal_lm``),
+MLX delegate, and attention reads only the filled part of the cache (``etmlx.llm.causal_lm``),
 so a step costs what the tokens in the cache cost, not its capacity.
 """
 
@@ -13,7 +13,7 @@ import warnings
 import torch
 from torch.export import Dim
 
-from etmlx import causal_lm, generation
+from etmlx.llm import causal_lm, generation
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # built from configs: nothing to download
 
@@ -68,7 +68,7 @@ def stepwise_logits(model, tokens: list, **cache) -> torch.Tensor:
     """``[len(tokens), vocab]``: the logits the exported ``forward`` computes at each
     position, one call a position, in eager PyTorch; ``cache``: ``kv_bits`` and
     ``kv_group_size`` of ``export_methods``, so the quantized cache's own reference."""
-    from etmlx.windowed_cache import WindowedCausalLM, windowed_attention
+    from etmlx.llm.windowed_cache import WindowedCausalLM, windowed_attention
 
     module = WindowedCausalLM(model, **cache)
     with windowed_attention(model), torch.no_grad():
@@ -94,7 +94,7 @@ def export_whole_cache_methods(model, max_seq_len: int = 32) -> dict:
 
 
 def greedy(program, prompt: list, new_tokens: int) -> list:
-    """Greedy generation with a loaded etmlx program (``etmlx.generation``): the prompt,
+    """Greedy generation with a loaded etmlx program (``etmlx.llm.generation``): the prompt,
     then ``new_tokens`` tokens, EOS or not (as ``eager_greedy`` generates them)."""
     session = generation.Session(program)
     return list(prompt) + list(generation.generate_tokens(session, list(prompt), new_tokens, stop_at_eos=False))

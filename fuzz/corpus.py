@@ -12,11 +12,11 @@ import torch
 
 import etmlx
 import etmlx.lowering.custom_ops  # noqa: F401  (registers torch.ops.etmlx.*)
-from etmlx import prompt_cache
-from etmlx.quantization import quantized_copy
-from etmlx.exporter import trace
-from etmlx.shard_plan import find_blocks
-from etmlx.sharding import shard
+from etmlx.llm import prompt_cache
+from etmlx.quant.weights import quantized_copy
+from etmlx.pipeline import trace
+from etmlx.parallel.shard_plan import find_blocks
+from etmlx.parallel.sharding import shard
 from examples import llm, models
 
 
@@ -26,7 +26,7 @@ class Entry:
     pte: bytes
     inputs: list  # numpy arrays that run the original program
     method: str = "forward"
-    prompt_cache: bytes = b""  # for a language model: its KV cache after those inputs (etmlx.prompt_cache)
+    prompt_cache: bytes = b""  # for a language model: its KV cache after those inputs (etmlx.llm.prompt_cache)
 
 
 class _Counter(torch.nn.Module):

@@ -1,4 +1,4 @@
-"""Mutations of a saved prompt (``etmlx.prompt_cache``): random damage, and edits of its
+"""Mutations of a saved prompt (``etmlx.llm.prompt_cache``): random damage, and edits of its
 JSON header's fields or of the buffers' bytes resealed with a valid checksum, so they
 reach the reader's checks of each field and the runtimes' checks of each buffer."""
 
@@ -9,7 +9,7 @@ import zlib
 
 from fuzz.mutate import INTERESTING, _file_bits, _file_truncate
 
-PREFIX = struct.Struct("<8sIIQ")  # etmlx/prompt_cache.py: magic, version, crc32, header bytes
+PREFIX = struct.Struct("<8sIIQ")  # etmlx/llm/prompt_cache.py: magic, version, crc32, header bytes
 
 
 def mutate(data: bytes, rng: random.Random) -> tuple:

@@ -2,7 +2,7 @@
 etmlx payloads resealed with valid checksums), loads and runs each mutant on the
 chosen runtimes in a child process, and reports how many ran, raised a documented
 error, raised anything else, crashed the process or hung. A language model of the
-corpus also has a saved prompt (etmlx.prompt_cache): every other round mutates that
+corpus also has a saved prompt (etmlx.llm.prompt_cache): every other round mutates that
 instead and restores it into the program before the call.
 
     python fuzz/run.py --cases 10000 [--seed 0] [--runtimes python,executorch]

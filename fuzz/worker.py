@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 import etmlx
-from etmlx import prompt_cache
+from etmlx.llm import prompt_cache
 from etmlx.runtime_shim import errors
 
 # The errors etmlx documents for a malformed program or bad input (etmlx/errors.py and

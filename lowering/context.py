@@ -6,7 +6,7 @@ from typing import Optional, Sequence
 import torch
 from torch import fx
 
-from etmlx.mapped_pages import release
+from etmlx.lowering.mapped_pages import release
 from etmlx.serializer.generated.etmlx_ir import Graph, MutableBuffer, NamedTensor, Node, Op, Value
 from etmlx.serializer.generated.etmlx_ir.ValueKind import ValueKind
 from etmlx.serializer.ir import IntOrSlotT, TidT, int_or_slot, tid

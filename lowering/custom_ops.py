@@ -53,7 +53,7 @@ def _(x, shifts, dims):
 
 
 # The group an eager all_sum sums over in this thread: None, a group of one; else an
-# object whose ``sum(x)`` adds the ranks' values (``etmlx/shard_check.py`` runs ranks
+# object whose ``sum(x)`` adds the ranks' values (``etmlx/parallel/shard_check.py`` runs ranks
 # as threads of one process to check a sharding).
 ALL_SUM_GROUP = threading.local()
 
@@ -61,7 +61,7 @@ ALL_SUM_GROUP = threading.local()
 @torch.library.custom_op("etmlx::all_sum", mutates_args=())
 def all_sum(x: torch.Tensor) -> torch.Tensor:
     """The sum of ``x`` over the ranks of a tensor-parallel program
-    (``etmlx/tensor_parallel.py``): in eager PyTorch, over ``ALL_SUM_GROUP``'s group, by
+    (``etmlx/parallel/ranks.py``): in eager PyTorch, over ``ALL_SUM_GROUP``'s group, by
     default a group of one whose sum is ``x`` itself. Lowered to MLX's ``all_sum`` over
     its process group."""
     group = getattr(ALL_SUM_GROUP, "group", None)
@@ -152,7 +152,7 @@ def quantize(x: torch.Tensor, group_size: int, bits: int) -> tuple[torch.Tensor,
     MLX's CPU kernel computes it (float32 arithmetic, round half to even): (the packed
     words as int32, the same bits as MLX's uint32; scales; biases, in ``x``'s dtype).
     ``bits`` 4 or 8: whole values a word. What a quantized KV cache writes
-    (``etmlx/quantized_cache.py``)."""
+    (``etmlx/llm/quantized_cache.py``)."""
     groups = x.float().unflatten(-1, (-1, group_size))
     high, low = groups.amax(-1, keepdim=True), groups.amin(-1, keepdim=True)
     bins = float(2**bits - 1)

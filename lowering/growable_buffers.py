@@ -1,6 +1,6 @@
 """Marks the KV caches whose memory can follow the tokens held (IR ``grow_axis``).
 
-A windowed causal LM (``etmlx.windowed_cache``) writes each cache with one IndexPut at
+A windowed causal LM (``etmlx.llm.windowed_cache``) writes each cache with one IndexPut at
 checked positions along the sequence axis, and reads it only through
 ``Slice(0, window)`` along that axis, ``window`` an integer input of the delegate. Such
 a buffer never needs more than ``window`` slots in a call, so the runtimes keep only as

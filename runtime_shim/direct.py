@@ -3,7 +3,7 @@ outputs, runs on arrays directly: nothing passes through the planned memory, whi
 would cost a copy in and a copy out on every call for no benefit.
 
 The delegate may also take sizes that ExecuTorch's scalar ops read from an input's
-values first (``etmlx.causal_lm``'s attention window: ``cache_position[-1].item()`` and
+values first (``etmlx.llm.causal_lm``'s attention window: ``cache_position[-1].item()`` and
 its arithmetic): that prologue runs here on the host, on the arrays themselves."""
 
 import numpy as np

@@ -208,7 +208,7 @@ def program_identity(pte: PteFile, backend_id: str) -> str:
     """A digest of the program's ``backend_id`` payloads, method by method: their graphs
     and the keys of their weights (which hash the weights' bytes). Two exports of one
     model with other options (context, quantization) differ; a re-export of the same
-    does not. What a saved KV cache (``etmlx.prompt_cache``) is matched against."""
+    does not. What a saved KV cache (``etmlx.llm.prompt_cache``) is matched against."""
     digest = hashlib.sha256()
     for plan in pte.program.plans:
         for delegate in plan.delegates:

@@ -9,7 +9,7 @@ from functools import cached_property
 import torch
 
 import runtimes
-from etmlx.exporter import lower_methods, trace
+from etmlx.pipeline import lower_methods, trace
 from etmlx.inspection import inspect_program
 
 TOLERANCE = {  # (rtol, atol) by dtype
@@ -113,7 +113,7 @@ def checked_in_this_file() -> set:
     return set(_CHECKED[_test_file()])
 
 
-# What etmlx.causal_lm's programs run outside MLX: the read of the attention window's size
+# What etmlx.llm.causal_lm's programs run outside MLX: the read of the attention window's size
 # from the last cache position (then ExecuTorch's scalar ops round it to a bucket).
 WINDOW_READ = ["aten::select_copy.int_out", "aten::_local_scalar_dense.default"]
 

@@ -94,7 +94,7 @@ def rewrite_embedding(graph: fx.Graph, node: fx.Node) -> fx.Node:
 
 def reads_dequantized_stack(node) -> bool:
     """Whether an ``x[ids]`` call picks matrices of a ``dequantize_affine`` stack (a
-    mixture of experts' quantized expert weights, ``etmlx.quantization``)."""
+    mixture of experts' quantized expert weights, ``etmlx.quant.weights``)."""
     args = bind(node)
     stack = _dequantized(args.self)
     return stack is not None and example_of(stack).dim() == 3 and len(args.indices) == 1 and args.indices[0] is not None

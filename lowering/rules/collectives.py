@@ -1,4 +1,4 @@
-"""Collectives across the ranks of a tensor-parallel program (``etmlx/tensor_parallel.py``)."""
+"""Collectives across the ranks of a tensor-parallel program (``etmlx/parallel/ranks.py``)."""
 
 from etmlx.serializer.generated.etmlx_ir import AllSum
 

@@ -13,7 +13,7 @@ embedding layers of them are fused (``fusions/exportable_tensors.py``).
 - ``ExportableNVFP4Tensor``: FP4 E2M1 values packed eight to a uint32 (N, K/8) and an
   FP8 E4M3 scale per 16 (uint8): MLX's nvfp4; its per-tensor float32 scale multiplies
   the result (``x @ (s W)^T = s (x @ W^T)``: MLX's matmul takes none).
-- etmlx's own ``Mxfp4Tensor`` (``etmlx/mxfp4.py``): FP4 E2M1 values two a byte (N, K/2)
+- etmlx's own ``Mxfp4Tensor`` (``etmlx/quant/mxfp4.py``): FP4 E2M1 values two a byte (N, K/2)
   and an E8M0 power of two per 32: MLX's mxfp4, its bytes four to a uint32 word.
 """
 
@@ -34,7 +34,7 @@ from .quantized import _groups_reason, _mlx_group_size, check_fixed_at_export, m
 INT4_TENSOR = "torchao::dequantize_int4_tensor"
 MX_TENSOR = "torchao::dequantize_mx"
 NVFP4_TENSOR = "torchao::dequantize_nvfp4"
-MXFP4_TENSOR = "etmlx::dequantize_mxfp4"  # etmlx's own (etmlx/mxfp4.py): ExecuTorch's MX takes FP8 only
+MXFP4_TENSOR = "etmlx::dequantize_mxfp4"  # etmlx's own (etmlx/quant/mxfp4.py): ExecuTorch's MX takes FP8 only
 
 
 class Packed(NamedTuple):

@@ -1,4 +1,4 @@
-"""A quantized KV cache (``etmlx/quantized_cache.py``) on MLX's own kernels: the keys and
+"""A quantized KV cache (``etmlx/llm/quantized_cache.py``) on MLX's own kernels: the keys and
 values a call writes are quantized by ``mx.quantize`` (``Quantize``, one node per result
 used), and attention reads the cache through ``mx.quantized_matmul`` (scores against
 the keys transposed, then the weighted sum of the values), never dequantizing it whole

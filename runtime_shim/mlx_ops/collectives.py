@@ -1,5 +1,5 @@
 """Collective operations across the ranks of ``mx.distributed``'s process group
-(tensor parallelism, ``etmlx/tensor_parallel.py``)."""
+(tensor parallelism, ``etmlx/parallel/ranks.py``)."""
 
 import mlx.core as mx
 

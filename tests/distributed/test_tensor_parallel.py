@@ -13,11 +13,11 @@ import torch
 from lowering_harness import WINDOW_READ, tensor_kernels
 
 import etmlx
-from etmlx import tensor_parallel
+from etmlx.parallel import ranks as tensor_parallel
 from etmlx.errors import EtMlxError
 from etmlx.inspection import inspect_program
 from examples.llm import eager_greedy, tiny_llama
-from etmlx.quantization import quantized_copy
+from etmlx.quant.weights import quantized_copy
 from examples.models import EncoderBlock
 
 RANK_MAIN = os.path.join(os.path.dirname(__file__), "rank_main.py")
@@ -84,7 +84,7 @@ PROMPT, NEW_TOKENS = [5, 17, 3, 99, 42], 8
 def exported(tmp_path_factory):
     """Every program the ranks run, exported once: the encoder block, one whose 3 heads do
     not split over 2 ranks, and the tiny Llama (prefill + decode)."""
-    from etmlx import causal_lm
+    from etmlx.llm import causal_lm
 
     out = tmp_path_factory.mktemp("tp")
     programs = {"block": _encoder_block(out, "block"), "odd_heads": _encoder_block(out, "odd_heads", dim=48, heads=3),

@@ -9,7 +9,8 @@ import shutil
 import pytest
 import torch
 
-from etmlx import mapped_pages, safetensors_file
+from etmlx.lowering import mapped_pages
+from etmlx.llm import safetensors_file
 from etmlx.cli import main
 from etmlx.errors import ExportError
 from etmlx.inspection import inspect_program
@@ -32,7 +33,7 @@ def checkpoint(tmp_path_factory):
 @pytest.fixture(scope="module")
 def deferred_export(checkpoint, tmp_path_factory):
     """``export-llm`` of the checkpoint at its default dtype (the checkpoint's), int4."""
-    from etmlx.llm_export import export_llm
+    from etmlx.llm.export import export_llm
 
     path = tmp_path_factory.mktemp("deferred") / "model.pte"
     export_llm(checkpoint, path, max_context=CONTEXT, quantize="int4", group_size=32)
@@ -44,9 +45,9 @@ def test_the_deferred_export_writes_the_bytes_of_quantizing_first(checkpoint, de
     every linear layer and the head a QuantizedMatmul, the embedding's rows dequantized."""
     from transformers import AutoModelForCausalLM
 
-    from etmlx import causal_lm
+    from etmlx.llm import causal_lm
     from etmlx.exporter import export_methods
-    from etmlx.quantization import quantized_copy
+    from etmlx.quant.weights import quantized_copy
 
     model = causal_lm.with_static_cache(AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16), CONTEXT)
     quantized, names = quantized_copy(model, "int4", 32)
@@ -141,7 +142,7 @@ def test_tracing_copies_no_weight(checkpoint, monkeypatch):
     from torch._dynamo.variables import builder
     from transformers import AutoModelForCausalLM
 
-    from etmlx import causal_lm
+    from etmlx.llm import causal_lm
 
     cloned = []
     clone = builder.clone_input
@@ -153,7 +154,7 @@ def test_tracing_copies_no_weight(checkpoint, monkeypatch):
 
 
 def test_an_interrupted_write_leaves_no_file(tmp_path, monkeypatch):
-    from etmlx.exporter import to_executorch, write
+    from etmlx.pipeline import to_executorch, write
 
     program, report = to_executorch(torch.nn.Linear(4, 4), (torch.randn(1, 4),))
 

@@ -7,7 +7,7 @@ from executorch.exir import EdgeCompileConfig, to_edge
 from executorch.exir.verification.verifier import EXIREdgeDialectVerifier
 from torch._export.verifier import SpecViolationError
 
-from etmlx import exporter
+from etmlx.lowering import edge_passes
 from etmlx.partitioner import MlxPartitioner
 
 
@@ -25,7 +25,7 @@ def _lowered():
 
 
 def test_a_valid_program_passes():
-    exporter._verify_outside_mlx(_lowered())
+    edge_passes.verify_outside_mlx(_lowered())
 
 
 def test_a_kernel_after_a_delegate_call_is_dtype_checked():
@@ -34,4 +34,4 @@ def test_a_kernel_after_a_delegate_call_is_dtype_checked():
     add.meta["val"] = add.meta["val"].to(torch.float32)  # the add now claims float64 + float64 -> float32
     EXIREdgeDialectVerifier(edge_compile_config=EdgeCompileConfig())(program.graph_module)  # its walk stops at the delegate
     with pytest.raises(SpecViolationError, match="mismatched dtypes: .*aten.add.Tensor"):
-        exporter._verify_outside_mlx(program)
+        edge_passes.verify_outside_mlx(program)

@@ -8,7 +8,7 @@ import runtimes
 from lowering_harness import WINDOW_READ, tensor_kernels
 
 import etmlx
-from etmlx import generation
+from etmlx.llm import generation
 from etmlx.inspection import inspect_program
 from examples import llm
 

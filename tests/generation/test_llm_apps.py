@@ -6,7 +6,7 @@ the checkpoint is written by ``save_pretrained``, its tokenizer trained here."""
 import pytest
 
 import etmlx
-from etmlx import generation
+from etmlx.llm import generation
 from etmlx.cli import main
 from etmlx.inspection import constant_methods
 from examples import llm
@@ -76,7 +76,7 @@ def test_the_same_seed_samples_the_same_text_on_both_runtimes(exported):
 
 
 def test_chat_carries_the_cache_and_replies_as_eager_does(exported):
-    from etmlx.chat import Chat
+    from etmlx.llm.chat import Chat
 
     path, model, tokenizer = exported
     chat = Chat(generation.Session(etmlx.load(path)), tokenizer, max_new_tokens=12)
@@ -114,7 +114,7 @@ def test_a_quantized_export_generates_the_quantized_models_text(exported, tmp_pa
     """``--quantize int8 --group-size 32`` (and nvfp4, a float mode with its own groups and
     a per-tensor scale; the others' kernels are checked in tests/lowering/test_quantized.py):
     the text of the same quantization in eager."""
-    from etmlx.quantization import quantized_copy
+    from etmlx.quant.weights import quantized_copy
 
     path, model, tokenizer = exported
     checkpoint = str(tmp_path / "checkpoint")
@@ -137,7 +137,7 @@ def test_a_hub_id_resolves_to_its_snapshot_in_the_hub_cache(tmp_path, monkeypatc
     from huggingface_hub import constants
 
     from etmlx.errors import ExportError
-    from etmlx.llm_export import checkpoint_folder
+    from etmlx.llm.export import checkpoint_folder
 
     repo = tmp_path / "hub" / "models--etmlx-test--tiny"
     shutil.copytree(llm.tiny_checkpoint(tmp_path / "checkpoint"), repo / "snapshots" / "0123abcd")

@@ -1,4 +1,4 @@
-"""Saved prompts (``etmlx.prompt_cache``): a program's KV cache after a prefill, saved to
+"""Saved prompts (``etmlx.llm.prompt_cache``): a program's KV cache after a prefill, saved to
 a file and restored into a fresh load, on either runtime, continues exactly as one
 uninterrupted run; ``etmlx chat --prompt-cache`` continues a conversation from it; a
 damaged or foreign file is one PromptCacheError naming the problem."""
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import etmlx
-from etmlx import generation, prompt_cache
-from etmlx.chat import Chat
+from etmlx.llm import generation, prompt_cache
+from etmlx.llm.chat import Chat
 from etmlx.cli import main
 from examples import llm
 

@@ -1,10 +1,10 @@
-"""The host sampler of ``etmlx.generation``: each filter keeps what transformers' logits
+"""The host sampler of ``etmlx.llm.generation``: each filter keeps what transformers' logits
 processors keep, and draws follow the filtered softmax (tested by frequency)."""
 
 import numpy as np
 import pytest
 
-from etmlx.generation import GenerationError, Sampler, Sampling
+from etmlx.llm.generation import GenerationError, Sampler, Sampling
 
 LOGITS = np.array([2.0, 1.5, 1.0, 0.5, 0.0, -1.0, -3.0, 1.5])
 

@@ -13,7 +13,7 @@ from executorch.exir.passes import dim_order_ops_registry  # noqa: F401  (regist
 from executorch.extension.llm.export import int4  # noqa: F401  (registers torchao::dequantize_int4_tensor)
 
 from delegate_ops import upstream_ops  # noqa: F401  (defines ExecuTorch's MLX delegate's mlx:: operators)
-from etmlx import mxfp4  # noqa: F401  (registers etmlx::dequantize_mxfp4)
+from etmlx.quant import mxfp4  # noqa: F401  (registers etmlx::dequantize_mxfp4)
 from etmlx.lowering import custom_ops  # noqa: F401  (registers etmlx:: operators)
 
 aten = torch.ops.aten
@@ -312,7 +312,7 @@ def _other(dtype):
 
 def _float_mode_tensor(scheme: str):
     """The constants of a ``(16, 64)`` weight quantized to ``scheme`` by ExecuTorch's config."""
-    from etmlx.quantization import quantized_copy
+    from etmlx.quant.weights import quantized_copy
 
     weight = quantized_copy(torch.nn.Linear(64, 16), scheme)[0].weight
     return [getattr(weight, name) for name in weight.tensor_data_names]

@@ -229,7 +229,7 @@ def test_gathered_matmul_look_alikes_do_not_fuse():
 def test_gathered_quantized_expert_matmuls_fuse(scheme):
     """The same experts with their stacks quantized (``quantized_copy``): one GatherQmm per
     bmm, in both orientations, nothing dequantized."""
-    from etmlx.quantization import quantized_copy
+    from etmlx.quant.weights import quantized_copy
 
     torch.manual_seed(0)
     module, names = quantized_copy(Experts(dim=32), scheme, 32)

@@ -14,7 +14,7 @@ import etmlx
 import runtimes
 from etmlx.errors import ExportError
 from etmlx.inspection import inspect_program
-from etmlx.quantization import formats, quantized_copy
+from etmlx.quant.weights import formats, quantized_copy
 from etmlx.runtime_shim.errors import IndexRangeError
 
 
@@ -283,7 +283,7 @@ def test_mx_elements_mlx_has_no_mode_for_are_one_clear_error(tmp_path):
 
 
 def _with_fractional_zero_points(model):
-    """``model``'s linear weights re-made as a GGUF file's are (``etmlx.gguf_model``):
+    """``model``'s linear weights re-made as a GGUF file's are (``etmlx.llm.gguf_model``):
     scales float16 holds exactly, zero points fractional, ``-8 - minimum / scale`` of a
     float16 minimum."""
     from torchao.quantization import IntxUnpackedToInt8Tensor
@@ -322,7 +322,7 @@ def test_quantize_makes_what_torchaos_config_makes(scheme, group_size, dtype, mo
     """``quantize`` computes a weight in blocks of rows with torchao's own primitives
     (here blocks of 3 rows): qdata, scales and zero points equal to what
     ``IntxWeightOnlyConfig`` makes of the whole weight, linear and embedding alike."""
-    from etmlx import quantization
+    from etmlx.quant import weights as quantization
 
     monkeypatch.setattr(quantization, "ROWS_AT_ONCE_VALUES", 3 * 128)
     for layer in (torch.nn.Linear(128, 10), torch.nn.Embedding(11, 128)):

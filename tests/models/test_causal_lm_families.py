@@ -1,4 +1,4 @@
-"""``etmlx.causal_lm`` beyond Llama: other transformers families through the same
+"""``etmlx.llm.causal_lm`` beyond Llama: other transformers families through the same
 windowed-attention wrapper generate eager PyTorch's greedy tokens."""
 
 import pytest

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import etmlx
-from etmlx import gguf_model
+from etmlx.llm import gguf_model
 from etmlx.cli import main
 from etmlx.errors import ExportError
 from etmlx.inspection import inspect_program

@@ -1,5 +1,5 @@
 """Generation with a KV cache held inside the MLX delegate, carried across the calls of
-``forward`` (``etmlx.causal_lm``: prefill chunks and decode steps alike)."""
+``forward`` (``etmlx.llm.causal_lm``: prefill chunks and decode steps alike)."""
 
 import pytest
 import runtimes
@@ -84,7 +84,7 @@ def test_decode_reads_what_prefill_wrote(exported):
 
 
 def test_generation_runs_without_torch(exported):
-    """The runtime and etmlx.generation need mlx, flatbuffers and numpy alone for a
+    """The runtime and etmlx.llm.generation need mlx, flatbuffers and numpy alone for a
     fully delegated program."""
     import subprocess
     import sys
@@ -98,7 +98,7 @@ class Block:
             raise ImportError("blocked: " + name)
 sys.meta_path.insert(0, Block())
 import numpy as np, etmlx
-from etmlx import generation
+from etmlx.llm import generation
 program = etmlx.load({str(path)!r})
 tokens = list(generation.generate_tokens(generation.Session(program), [1, 2, 3], 4, stop_at_eos=False))
 print(program.forward(np.array([[4]]), np.array([7])).shape, len(tokens), "torch" in sys.modules)

@@ -1,4 +1,4 @@
-"""Mixture-of-experts causal LMs through ``etmlx.causal_lm``: the router's top-k and the
+"""Mixture-of-experts causal LMs through ``etmlx.llm.causal_lm``: the router's top-k and the
 experts' matmuls (``mx.gather_mm``) run on MLX with the rest, prefill and decode, and
 compute eager PyTorch's logits (eager runs transformers' default ``grouped_mm`` experts)."""
 
@@ -8,7 +8,7 @@ import torch
 
 import etmlx
 from etmlx.inspection import inspect_program
-from etmlx.quantization import quantized_copy
+from etmlx.quant.weights import quantized_copy
 from examples import llm
 
 CAPACITY = 512

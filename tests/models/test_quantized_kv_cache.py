@@ -1,4 +1,4 @@
-"""A KV cache quantized as MLX quantizes it (``kv_bits``, ``etmlx.quantized_cache``): the
+"""A KV cache quantized as MLX quantizes it (``kv_bits``, ``etmlx.llm.quantized_cache``): the
 packed cache grows with the tokens held, both runtimes compute what the quantized eager
 module computes at every step, and what quantization costs against the float cache is
 bounded: 8 bits keep the greedy tokens, 4 bits' divergence is measured and bounded."""
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import etmlx
-from etmlx import causal_lm, generation, prompt_cache
+from etmlx.llm import causal_lm, generation, prompt_cache
 from etmlx.errors import ExportError
 from etmlx.inspection import inspect_program
 from etmlx.lowering import custom_ops

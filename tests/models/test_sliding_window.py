@@ -1,5 +1,5 @@
 """Sliding-window attention over rings of W + max_seq_len cache slots
-(``etmlx.sliding_cache``): Mistral (every layer sliding), Gemma 3 (sliding and full
+(``etmlx.llm.sliding_cache``): Mistral (every layer sliding), Gemma 3 (sliding and full
 layers mixed) and Gemma 2 (mixed, logits softcapped) give eager's logits at every step
 far past the window, on both runtimes, while their sliding layers hold W + R slots."""
 
@@ -8,8 +8,8 @@ import runtimes
 import torch
 
 import etmlx
-from etmlx import causal_lm, generation
-from etmlx.chat import Chat
+from etmlx.llm import causal_lm, generation
+from etmlx.llm.chat import Chat
 from etmlx.inspection import inspect_program
 from etmlx.runtime_shim.errors import IndexRangeError
 from examples import llm

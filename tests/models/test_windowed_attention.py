@@ -1,4 +1,4 @@
-"""Attention over the filled part of the KV cache (``etmlx.causal_lm``) gives the logits
+"""Attention over the filled part of the KV cache (``etmlx.llm.causal_lm``) gives the logits
 of attention over the whole cache (transformers' own export wrapper), at every position
 from the first cache slot to the last, in every window bucket, on both runtimes."""
 
@@ -111,8 +111,9 @@ def test_a_model_that_bypasses_the_attention_interface_attends_over_the_whole_ca
     cache, which only the window's attention reads, refused."""
     from transformers.models.llama import modeling_llama
 
-    from etmlx import ExportError, causal_lm
-    from etmlx.windowed_cache import attends_through_window
+    from etmlx import ExportError
+    from etmlx.llm import causal_lm
+    from etmlx.llm.windowed_cache import attends_through_window
 
     interface = modeling_llama.ALL_ATTENTION_FUNCTIONS
     monkeypatch.setattr(interface, "get_interface", lambda *_: modeling_llama.eager_attention_forward)
@@ -131,7 +132,9 @@ def test_a_model_that_bypasses_the_attention_interface_attends_over_the_whole_ca
     (dict(window_step=0), "window_step=0"),
 ])
 def test_export_options_are_checked(options, message):
-    from etmlx import ExportError, causal_lm
+    from etmlx import ExportError
+
+    from etmlx.llm import causal_lm
 
     with pytest.raises(ExportError, match=message):
         causal_lm.export_methods(llm.tiny_llama(), **options)
@@ -142,7 +145,9 @@ def test_a_family_that_does_not_export_says_why_in_one_line(monkeypatch):
     while traced (eagerly it runs)."""
     from transformers.models.llama import modeling_llama
 
-    from etmlx import ExportError, causal_lm
+    from etmlx import ExportError
+
+    from etmlx.llm import causal_lm
 
     eager = modeling_llama.LlamaMLP.forward
 

@@ -1,4 +1,4 @@
-"""What the tests of ``etmlx.causal_lm`` read from a .pte (how attention reaches the
+"""What the tests of ``etmlx.llm.causal_lm`` read from a .pte (how attention reaches the
 cache), and how they step one."""
 
 import torch

@@ -237,7 +237,7 @@ def _first_table(graph, name: str):
 
 
 def _experts(quantized: bool):
-    from etmlx.quantization import quantized_copy
+    from etmlx.quant.weights import quantized_copy
 
     return quantized_copy(Experts(dim=32), "int4", 32)[0] if quantized else Experts(dim=32)
 

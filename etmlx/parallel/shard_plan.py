@@ -9,7 +9,7 @@
 - MLP: an ``nn.Linear`` (down) whose input is one or two other ``nn.Linear``s (up, gate)
   through elementwise operations only (activations, the gate's product).
 
-A block found here is sharded by ``etmlx/sharding.py``; ``etmlx/shard_check.py`` then runs
+A block found here is sharded by ``etmlx/parallel/sharding.py``; ``etmlx/parallel/shard_check.py`` then runs
 the ranks' programs together against the whole model, so a layout this reading does not
 see (heads stored other than head-major) is an error at export, never a wrong output.
 """

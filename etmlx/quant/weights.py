@@ -7,7 +7,7 @@ import copy
 import functools
 import types
 
-from .errors import ExportError
+from etmlx.errors import ExportError
 
 SCHEMES = ("int2", "int3", "int4", "int5", "int6", "int8")  # the widths MLX's kernels take
 
@@ -92,7 +92,7 @@ def _intx(weight, scheme: str, group_size, deferred: bool):
 
     from etmlx.lowering import deferred as deferred_constants
 
-    from .mapped_pages import release
+    from etmlx.lowering.mapped_pages import release
 
     target = getattr(torch, scheme)
     qmin, qmax = _DTYPE_TO_QVALUE_BOUNDS[target]
@@ -148,7 +148,7 @@ _FLOAT_FORMATS = {"Mxfp4Tensor": "mxfp4", "ExportableMXTensor": "mxfp8", "Export
 MIXED = {"mixed_2_6": ("int2", "int6"), "mixed_3_4": ("int3", "int4"), "mixed_3_6": ("int3", "int6"),
          "mixed_4_6": ("int4", "int6")}
 # MLX's float modes, by ExecuTorch's exportable configs (mxfp4, which they lack: etmlx's
-# own, ``etmlx/mxfp4.py``): the values' group is the mode's.
+# own, ``etmlx/quant/mxfp4.py``): the values' group is the mode's.
 FLOAT_SCHEMES = {"mxfp4": 32, "mxfp8": 32, "nvfp4": 16}
 CHOICES = SCHEMES + tuple(MIXED) + tuple(FLOAT_SCHEMES)  # what quantize= takes
 

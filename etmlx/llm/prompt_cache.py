@@ -21,8 +21,8 @@ import zlib
 
 import numpy as np
 
-from .errors import EtMlxError
-from .serializer.ir import NUMPY_STORAGE, TORCH_DTYPE_NAMES
+from etmlx.errors import EtMlxError
+from etmlx.serializer.ir import NUMPY_STORAGE, TORCH_DTYPE_NAMES
 
 MAGIC = b"ETMLXKV\0"
 VERSION = 1
@@ -59,7 +59,7 @@ def restore(program, path) -> tuple:
     """Sets ``program``'s KV cache from the file ``save`` wrote; returns (the tokens it
     holds, the caller's ``extra``). Raises PromptCacheError naming what is wrong, the
     state unchanged."""
-    from .runtime_shim.errors import InputError
+    from etmlx.runtime_shim.errors import InputError
 
     try:
         with open(path, "rb") as f:

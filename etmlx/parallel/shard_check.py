@@ -1,7 +1,7 @@
 """Checks a sharding before it is written: the ranks' traced programs, run together in
 eager PyTorch as threads of this process (their ``etmlx::all_sum`` adding the ranks'
 values), must compute what the whole model's program computes on its example inputs.
-A layout the structural reading of ``etmlx/shard_plan.py`` got wrong is then one
+A layout the structural reading of ``etmlx/parallel/shard_plan.py`` got wrong is then one
 ``ExportError``, never a program that computes something else."""
 
 import math
@@ -9,8 +9,8 @@ import threading
 
 import torch
 
-from .errors import ExportError
-from .lowering.custom_ops import ALL_SUM_GROUP
+from etmlx.errors import ExportError
+from etmlx.lowering.custom_ops import ALL_SUM_GROUP
 
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}  # of the largest output value
 

@@ -1,7 +1,7 @@
 """Tensor parallelism: one model run by N processes (``mlx.launch -n N``), each holding
 1/N of the attention and MLP weights, joined by MLX's distributed layer.
 
-``etmlx.export(..., tensor_parallel=N)`` shards the model per rank (``etmlx/sharding.py``)
+``etmlx.export(..., tensor_parallel=N)`` shards the model per rank (``etmlx/parallel/sharding.py``)
 and writes each rank's program as its own ``.pte`` in one directory, with a manifest, so a
 rank reads only its own shard. ``etmlx.load(directory)`` (here: mlx only) joins the
 process group, checks its size and loads ``rank<r>.pte``.
@@ -14,8 +14,8 @@ import sys
 import threading
 import time
 
-from .errors import EtMlxError
-from .runtime_shim.program import MethodCalls
+from etmlx.errors import EtMlxError
+from etmlx.runtime_shim.program import MethodCalls
 
 MANIFEST = "tensor_parallel.json"
 TIMEOUT_VARIABLE = "ETMLX_DISTRIBUTED_TIMEOUT"
@@ -60,7 +60,7 @@ def load(path, runtime: str):
     only this rank's file. Calls are watched: see ``Watched``."""
     import mlx.core as mx
 
-    from .loading import load_file
+    from etmlx.loading import load_file
 
     size = manifest(path)["size"]
     group = mx.distributed.init()

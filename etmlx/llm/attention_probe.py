@@ -21,7 +21,7 @@ import torch
 from transformers import AttentionInterface, StaticCache
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from .errors import ExportError, first_line
+from etmlx.errors import ExportError, first_line
 
 _PROBE = "etmlx_probe"
 _PROBED = weakref.WeakKeyDictionary()  # model -> its Probe (shapes and routing do not change)

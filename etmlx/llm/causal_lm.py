@@ -24,7 +24,7 @@ import logging
 import re
 import warnings
 
-from .errors import ExportError, first_line
+from etmlx.errors import ExportError, first_line
 
 log = logging.getLogger("etmlx")
 
@@ -43,7 +43,7 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
     ``sample_on_device`` adds ``sample`` (``windowed_cache.SampledCausalLM``): the same
     call, returning the next token id drawn inside the MLX delegate, over the same cache.
     ``kv_bits`` (4 or 8): the full-attention layers' caches quantized, in groups of
-    ``kv_group_size`` values of a head (``etmlx.quantized_cache``)."""
+    ``kv_group_size`` values of a head (``etmlx.llm.quantized_cache``)."""
     import torch
     from torch.export import Dim
 

@@ -15,10 +15,10 @@ the tests and the bench."""
 import torch
 from transformers.cache_utils import StaticCache, StaticLayer
 
-from .errors import ExportError
-from .serializer.constants import QUANTIZED_GROUP_SIZES
-from .lowering import custom_ops  # noqa: F401  (registers torch.ops.etmlx)
-from .lowering.rules.quantized_cache import check_cache_quantization
+from etmlx.errors import ExportError
+from etmlx.serializer.constants import QUANTIZED_GROUP_SIZES
+from etmlx.lowering import custom_ops  # noqa: F401  (registers torch.ops.etmlx)
+from etmlx.lowering.rules.quantized_cache import check_cache_quantization
 
 PARTS = ("cache", "scales", "biases")  # the buffers of each of keys and values: key_cache_0, key_scales_0, ...
 

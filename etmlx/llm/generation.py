@@ -1,4 +1,4 @@
-"""Text generation with a program exported by ``etmlx.causal_lm`` (or any ``.pte`` in
+"""Text generation with a program exported by ``etmlx.llm.causal_lm`` (or any ``.pte`` in
 ExecuTorch's LLM-runner convention: ``forward(tokens [1, n], cache_position [n]) ->
 logits [1, vocab]`` and the runner's constant methods), on either runtime.
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import EtMlxError
+from etmlx.errors import EtMlxError
 from .causal_lm import metadata
 
 
@@ -149,11 +149,11 @@ class Session:
 
     def __post_init__(self):
         if "forward" not in self.program.method_names:
-            raise GenerationError("this program has no forward method: export it with etmlx.causal_lm (etmlx export-llm)")
+            raise GenerationError("this program has no forward method: export it with etmlx.llm.causal_lm (etmlx export-llm)")
         self.limits = metadata(self.program)
         for name in ("get_max_seq_len", "get_max_context_len"):
             if name not in self.limits:
-                raise GenerationError(f"this program has no {name}: export it with etmlx.causal_lm (etmlx export-llm)")
+                raise GenerationError(f"this program has no {name}: export it with etmlx.llm.causal_lm (etmlx export-llm)")
 
     @property
     def context(self) -> int:

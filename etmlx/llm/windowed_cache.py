@@ -1,6 +1,6 @@
-"""The module ``etmlx.causal_lm.export_methods`` traces: a Hugging Face causal LM over
+"""The module ``etmlx.llm.causal_lm.export_methods`` traces: a Hugging Face causal LM over
 transformers' static KV cache whose attention reads only the cache slots up to the last
-position a call writes, in buckets. See ``etmlx.causal_lm`` for why that is exact."""
+position a call writes, in buckets. See ``etmlx.llm.causal_lm`` for why that is exact."""
 
 import contextlib
 import inspect
@@ -13,7 +13,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from .attention_probe import attention_implementation, fit_to_attention
-from .errors import ExportError
+from etmlx.errors import ExportError
 from .quantized_cache import quantize_layers
 from .sliding_cache import Rings
 
@@ -25,7 +25,7 @@ class WindowedCausalLM(torch.nn.Module):
     position: ExecuTorch's LLM-runner convention. The cache buffers are transformers' own
     (``TorchExportableModuleWithStaticCache``), so they carry the same names as in its
     export; ``kv_bits``: its full-attention layers' caches quantized to that many bits in
-    groups of ``kv_group_size`` (``etmlx.quantized_cache``)."""
+    groups of ``kv_group_size`` (``etmlx.llm.quantized_cache``)."""
 
     def __init__(self, model, max_cache_len=None, window_step: int = 256, max_seq_len: int = 128,
                  kv_bits=None, kv_group_size: int = 64):
@@ -34,7 +34,7 @@ class WindowedCausalLM(torch.nn.Module):
         fit_to_attention(self.cached, model)  # Falcon's one key/value head, DeepSeek-V3's narrower values
         self.capacity = self.cached.static_cache.get_max_length()
         self.window_step = window_step
-        # Sliding-window layers over rings of W + max_seq_len slots (etmlx.sliding_cache)
+        # Sliding-window layers over rings of W + max_seq_len slots (etmlx.llm.sliding_cache)
         self.rings = Rings(self.cached.static_cache, model.config.get_text_config(), self.capacity, max_seq_len)
         for i in self.rings.layers:
             layer = self.cached.static_cache.layers[i]
@@ -83,7 +83,7 @@ class WindowedCausalLM(torch.nn.Module):
 class SampledCausalLM(WindowedCausalLM):
     """``sample(tokens, cache_position, temperature, top_k, top_p, min_p, uniform) -> the
     next token id [1]``: ``WindowedCausalLM``'s logits sampled inside the graph, by the host
-    sampler's rules (``etmlx.generation.Sampler``: temperature, then top-k, top-p, min-p;
+    sampler's rules (``etmlx.llm.generation.Sampler``: temperature, then top-k, top-p, min-p;
     ``top_k`` 0 is off) and inverse-CDF draw of ``uniform``, a number in [0, 1) the host
     draws from its seeded generator: device and host sampling follow one random stream.
     Its buffers carry ``WindowedCausalLM``'s names, so both methods share one cache."""
@@ -117,8 +117,8 @@ _TRACING = _Tracing()
 def windowed_sdpa(module, query, key, value, attention_mask, **kwargs):
     """transformers' SDPA attention over the first ``_TRACING.window`` slots of the cache."""
     etmlx_window = _TRACING.window
-    if etmlx_window is None:  # registered only while etmlx.causal_lm traces a WindowedCausalLM
-        raise ExportError("etmlx's windowed attention runs only inside etmlx.causal_lm.export_methods")
+    if etmlx_window is None:  # registered only while etmlx.llm.causal_lm traces a WindowedCausalLM
+        raise ExportError("etmlx's windowed attention runs only inside etmlx.llm.causal_lm.export_methods")
     if attention_mask is None:
         raise ExportError("windowed attention needs the causal mask over the cache, and the model passed none")
     rings, layer = _TRACING.rings, getattr(module, "layer_idx", None)

@@ -1,5 +1,5 @@
 """``etmlx export-llm``: a Hugging Face checkpoint (a folder, or a Hub id) or a GGUF file to
-a ``.pte`` that ExecuTorch's LLM runner and ``etmlx generate`` drive (``etmlx.causal_lm``),
+a ``.pte`` that ExecuTorch's LLM runner and ``etmlx generate`` drive (``etmlx.llm.causal_lm``),
 with the tokenizer files beside it."""
 
 import glob
@@ -8,7 +8,7 @@ import shutil
 import time
 
 from . import gguf_model, safetensors_file
-from .errors import ExportError, first_line
+from etmlx.errors import ExportError, first_line
 
 DEFAULT_MAX_CONTEXT = 2048
 DTYPES = ("float32", "bfloat16", "float16")
@@ -17,7 +17,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json", "generation_config.json")
 
 
-def export_llm(model_dir, output, max_context=None, max_seq_len: int = 128, quantize=None, group_size=64,
+def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, quantize=None, group_size=64,
                dtype=None, sample_on_device: bool = False, kv_bits=None, kv_group_size: int = 64,
                progress=None):
     """Exports the causal LM in ``model_dir`` (a checkpoint folder, a Hugging Face Hub id,
@@ -47,7 +47,7 @@ def _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_siz
     import torch
 
     from . import causal_lm
-    from .exporter import export_methods
+    from etmlx.exporter import export_methods
 
     started = time.perf_counter()
     formats, declined, tokenizer = {}, {}, None
@@ -67,7 +67,7 @@ def _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_siz
     report("load", time.perf_counter() - started)
     quantized = tuple(formats)
     if quantize is not None:
-        from .quantization import formats as formats_of, quantize as quantize_weights
+        from etmlx.quant.weights import formats as formats_of, quantize as quantize_weights
 
         started = time.perf_counter()
         model, quantized = quantize_weights(model, quantize, group_size, deferred=True)  # the model is ours

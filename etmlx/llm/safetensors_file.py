@@ -6,7 +6,7 @@ import json
 import os
 import struct
 
-from .errors import ExportError
+from etmlx.errors import ExportError
 
 # Bytes per value of safetensors' dtypes.
 WIDTHS = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I16": 2, "U16": 2, "F16": 2,

@@ -1,6 +1,6 @@
-"""Shards a module for tensor parallelism (``etmlx/tensor_parallel.py``): one copy per
-rank of the blocks ``etmlx/shard_plan.py`` found, which ``etmlx/exporter.py`` traces,
-checks against the whole model (``etmlx/shard_check.py``) and writes.
+"""Shards a module for tensor parallelism (``etmlx/parallel/ranks.py``): one copy per
+rank of the blocks ``etmlx/parallel/shard_plan.py`` found, which ``etmlx/exporter.py`` traces,
+checks against the whole model (``etmlx/parallel/shard_check.py``) and writes.
 
 The standard split (Megatron's, mlx-lm's): an attention block's q/k/v projections and an
 MLP's gate/up projections are split by output rows (column-parallel: each rank computes
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .lowering import custom_ops  # noqa: F401  (registers etmlx::all_sum)
+from etmlx.lowering import custom_ops  # noqa: F401  (registers etmlx::all_sum)
 from .shard_plan import Attention, Mlp, ShardPlan
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import ExportError, first_line
+from etmlx.errors import ExportError, first_line
 
 GROUP = 32  # the values of a row sharing one scale in every layout kept quantized
 # type name -> bits, for the blocks of 32 values: d (fp16), [m (fp16)], [qh (4 bytes)], qs

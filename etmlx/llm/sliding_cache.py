@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import StaticCache, StaticLayer, StaticSlidingWindowLayer
 
-from .errors import ExportError
+from etmlx.errors import ExportError
 
 
 @dataclass

@@ -6,7 +6,7 @@ load (``save``, ``restore``)."""
 
 from . import prompt_cache
 from .generation import GenerationError, Sampling, Session, Stats, generate_tokens, stream_text
-from .runtime_shim.errors import IndexRangeError
+from etmlx.runtime_shim.errors import IndexRangeError
 
 
 class Chat:
@@ -28,7 +28,7 @@ class Chat:
 
     def save(self, path) -> None:
         """Writes the conversation and the KV cache that holds it to ``path``
-        (``etmlx.prompt_cache``)."""
+        (``etmlx.llm.prompt_cache``)."""
         prompt_cache.save(self.session.program, path, self.cached, {"messages": self.messages})
 
     def restore(self, path) -> None:
@@ -73,7 +73,7 @@ class Chat:
             except IndexRangeError:
                 if held == 0 or generated:
                     raise
-                # A sliding-window layer's ring cannot go back that far (etmlx.sliding_cache): start over.
+                # A sliding-window layer's ring cannot go back that far (etmlx.llm.sliding_cache): start over.
                 self.session.position = self.fed_from = 0
                 yield from reply_from(0)
 

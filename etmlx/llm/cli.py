@@ -6,10 +6,10 @@ import os
 import sys
 from collections import Counter
 
-from . import progress
-from .errors import EtMlxError
-from .quantization import CHOICES
-from .serializer.constants import QUANTIZED_CACHE_BITS
+from etmlx import progress
+from etmlx.errors import EtMlxError
+from etmlx.quant.weights import CHOICES
+from etmlx.serializer.constants import QUANTIZED_CACHE_BITS
 
 
 def add_commands(commands) -> None:
@@ -85,13 +85,14 @@ def _require_transformers(command: str) -> None:
 
 
 def _export_llm(args) -> int:
-    from .llm_export import export_llm
+    from .export import export_llm
 
     _require_transformers("export-llm")
     with progress.shown(sys.stderr.isatty()):
-        result = export_llm(args.model, args.output, args.max_context, args.max_seq_len, args.quantize,
-                            args.group_size, args.dtype, args.sample_on_device, args.kv_bits, args.kv_group_size,
-                            progress=_progress)
+        result = export_llm(args.model, args.output, max_context=args.max_context, max_seq_len=args.max_seq_len,
+                            quantize=args.quantize, group_size=args.group_size, dtype=args.dtype,
+                            sample_on_device=args.sample_on_device, kv_bits=args.kv_bits,
+                            kv_group_size=args.kv_group_size, progress=_progress)
     print(f"wrote {result.path} ({result.size_bytes} bytes); {result.report.summary()}")
     if args.quantize:
         print(f"quantized to {args.quantize}: {len(result.quantized)} layer(s)")
@@ -108,7 +109,7 @@ def _export_llm(args) -> int:
 
 
 def _session(args):
-    from . import load
+    from etmlx import load
     from .generation import Sampling, Session, load_tokenizer
 
     _require_transformers(args.command)
@@ -124,8 +125,8 @@ def _note_half_precision_on_the_cpu(path) -> None:
     in float32; said once, before the first token, so a slow start has its reason."""
     import mlx.core as mx
 
-    from .runtime_shim.describe import describe
-    from .runtime_shim.pte_file import read_pte
+    from etmlx.runtime_shim.describe import describe
+    from etmlx.runtime_shim.pte_file import read_pte
 
     if mx.default_device() != mx.cpu:
         return

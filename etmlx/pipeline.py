@@ -1,0 +1,149 @@
+"""The stages of an export: ``torch.export`` (``trace``), ExecuTorch's edge program with
+MLX's partition lowered into it (``lower_methods``), and the file (``write``). The public
+entry points that chain them are in ``exporter.py``; tensor parallelism runs them per rank
+(``parallel/export.py``)."""
+
+import contextlib
+import logging
+import os
+from dataclasses import dataclass, field
+
+from .errors import ExportError
+
+log = logging.getLogger("etmlx")
+
+
+@dataclass
+class ExportResult:
+    """What ``export`` wrote, and what MLX took (``report``: a PartitionReport)."""
+
+    path: str
+    size_bytes: int
+    report: object
+    quantized: tuple = ()  # the layers ``quantize=`` (or a GGUF file) quantized, by module name
+    formats: dict = field(default_factory=dict)  # {quantized layer: the format it runs in}
+    declined: dict = field(default_factory=dict)  # a GGUF file's: {tensor left float: why}
+
+
+def trace(module, example_inputs, dynamic_shapes=None):
+    """``torch.export.export`` of ``module`` in eval mode without autograd, with errors
+    turned into one ``ExportError`` that names the module."""
+    import torch
+
+    if not isinstance(module, torch.nn.Module):
+        raise ExportError(f"expected a torch.nn.Module to export, got {type(module).__name__}")
+    if not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
+    module.eval()
+    try:
+        with torch.no_grad(), _experts_as_batched_matmuls(module):
+            return torch.export.export(module, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+    except Exception as error:
+        raise ExportError(f"torch.export could not trace {type(module).__name__}: {error}") from error
+
+
+def _experts_as_batched_matmuls(module):
+    """transformers' mixture-of-experts models in the experts form lowering turns into
+    ``mx.gather_mm`` (``windowed_cache.batched_experts``) while tracing: their default form
+    leaves ``histc``, which is not in ExecuTorch's Core ATen, in the graph."""
+    stack = contextlib.ExitStack()
+    models = [m for m in module.modules() if callable(getattr(m, "_can_set_experts_implementation", None))]
+    if models:
+        from .llm.windowed_cache import batched_experts
+
+        stack.enter_context(batched_experts(models[0]))
+    return stack
+
+
+def lower_methods(methods: dict):
+    """Lowers ``{method name: ExportedProgram}`` into one program; returns
+    (ExecutorchProgramManager, PartitionReport). An entry whose value is a constant (an
+    int, float, bool, or a list of them) is a constant method: a method of no inputs that
+    returns it (an LLM runner's metadata, ``causal_lm.export_methods``).
+
+    ``to_edge`` then ``to_backend`` rather than ``to_edge_transform_and_lower``: the
+    latter retraces every program twice (``run_decompositions({})`` to functionalize,
+    then the decomposition table), which ``to_edge`` does in one pass. The two agree
+    here because the partitioner preserves no ATen op from decomposition: the calls it
+    keeps whole (attention, roll) are retargeted to etmlx's own ops first.
+    """
+    from executorch.exir import EdgeCompileConfig, to_edge
+    from torch._export.verifier import SpecViolationError
+
+    from etmlx.lowering import edge_passes
+    from etmlx.lowering.splits import split_calls_as_slices
+    from etmlx.partitioner import MlxPartitioner
+
+    constants = {name: value for name, value in methods.items() if _is_constant(value)}
+    methods = {name: program for name, program in methods.items() if name not in constants}
+    if not methods:
+        raise ExportError("no methods to export")
+    partitioner = MlxPartitioner()
+    retargeted = {
+        name: partitioner.transform_for_pre_decomposition(split_calls_as_slices(program))
+        for name, program in methods.items()
+    }
+    edge = to_edge(retargeted, constant_methods=constants or None, compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    for name in methods:
+        edge_passes.share_weights_when_copied(edge.exported_program(name))
+    edge = edge.to_backend(partitioner)
+    try:
+        for name in methods:
+            edge_passes.verify_outside_mlx(edge.exported_program(name))
+    except SpecViolationError as error:
+        raise ExportError(edge_passes.not_in_edge_dialect(error, partitioner.report)) from None
+    edge_passes.refuse_declined_custom_ops(partitioner.report)
+    for name in methods:
+        edge_passes.keep_initial_values(edge.exported_program(name))
+        edge_passes.rename_inputs_named_like_state(edge.exported_program(name))
+    return edge.to_executorch(_backend_config(edge)), partitioner.report
+
+
+# Apple silicon's page. Metal wraps memory aligned to a page as a buffer without a copy,
+# so the native backend can use a mapped file's weights in place there.
+PAGE_ALIGNMENT = 16384
+
+
+def _backend_config(edge):
+    """Segments (weights, payloads) start at page boundaries when the padding costs under
+    1% of the weights; small programs keep ExecuTorch's default, 128 bytes."""
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.lowered_backend_module import get_lowered_submodules
+
+    lowered = [m for name in edge.methods for _, m, _ in get_lowered_submodules(edge.exported_program(name).graph_module)]
+    blobs = {  # by key: the methods' delegates name the weights they share alike
+        key: len(m.named_data_store_output.buffers[entry.buffer_index])
+        for m in lowered
+        for key, entry in m.named_data_store_output.pte_data.items()
+    }
+    segments = len(blobs) + len(lowered)
+    paged = segments * PAGE_ALIGNMENT <= sum(blobs.values()) // 100
+    return ExecutorchBackendConfig(segment_alignment=PAGE_ALIGNMENT if paged else 128)
+
+
+def _is_constant(value) -> bool:
+    scalar = (bool, int, float)
+    return isinstance(value, scalar) or (isinstance(value, (list, tuple)) and all(isinstance(v, scalar) for v in value))
+
+
+def to_executorch(module, example_inputs, dynamic_shapes=None):
+    """Exports and lowers ``module`` as method ``forward``."""
+    return lower_methods({"forward": trace(module, example_inputs, dynamic_shapes)})
+
+
+def write(program, report, path) -> ExportResult:
+    """Writes the program beside ``path`` and renames it into place: a program loaded
+    from the old file maps it, and keeps reading it."""
+    path = os.fspath(path)
+    staging = f"{path}.{os.getpid()}.partial"
+    try:
+        with open(staging, "wb") as f:
+            program.write_to_file(f)  # streamed: no second copy of the weights in memory
+            size = f.tell()
+        os.replace(staging, path)
+    finally:
+        if os.path.exists(staging):
+            os.remove(staging)
+    if not report.fully_delegated:
+        log.warning("%s", report.summary())
+    return ExportResult(path=path, size_bytes=size, report=report)

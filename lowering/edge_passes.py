@@ -1,0 +1,131 @@
+"""Passes and checks over ExecuTorch's programs around etmlx's delegates, each working
+around a behaviour of ExecuTorch 1.5.1 that its docstring names: run by
+``etmlx.pipeline.lower_methods`` between ``to_edge``, ``to_backend`` and ``to_executorch``."""
+
+import contextlib
+import functools
+
+from etmlx.errors import ExportError
+
+
+def verify_outside_mlx(program) -> None:
+    """ExecuTorch's checks of an edge program (core ATen operators, the dtypes their
+    kernels take) on what is left once MLX took its part, instead of on the whole graph
+    before partitioning, which ``to_edge`` did twice (a fifth of an LLM's export time):
+    the calls MLX took are checked by its own rules."""
+    from executorch.exir import EdgeCompileConfig
+    from executorch.exir.verification.verifier import EXIREdgeDialectVerifier
+    from torch._dispatch.python import enable_python_dispatcher
+    from torch._export.utils import _detect_fake_mode_from_gm
+    from torch._export.verifier import SpecViolationError
+
+    EXIREdgeDialectVerifier(edge_compile_config=EdgeCompileConfig())(program.graph_module)
+    gm = program.graph_module
+    validator = kernel_dtype_validator()(gm)
+    with enable_python_dispatcher(), _detect_fake_mode_from_gm(gm) or contextlib.nullcontext():
+        validator.run(*(node.meta.get("val") for node in gm.graph.nodes if node.op == "placeholder"))
+    if validator.violating_ops:
+        calls = "; ".join(f"{op} with {dtypes}" for op, (dtypes, _) in validator.violating_ops.items())
+        raise SpecViolationError(f"These operators are taking Tensor inputs with mismatched dtypes: {calls}")
+
+
+def kernel_dtype_validator():
+    """ExecuTorch's dtype validator, walking past delegate calls: the verifier's own walk
+    stops at the first one, leaving the kernels after it unchecked."""
+    from executorch.exir.verification.arg_validator import EdgeOpArgValidator
+    from torch._ops import HigherOrderOperator
+
+    class Validator(EdgeOpArgValidator):
+        def call_function(self, target, args, kwargs):
+            if isinstance(target, HigherOrderOperator):
+                return self.node.meta["val"]  # the delegate's outputs, as traced
+            return super().call_function(target, args, kwargs)
+
+    return Validator
+
+
+def not_in_edge_dialect(error, report) -> str:
+    """ExecuTorch's refusal of an operator outside the core ATen opset (a stable sort
+    MLX declined, say), in one line, with MLX's reason where it declined the call."""
+    first = next((line for line in str(error).splitlines() if line.strip()), "").strip().rstrip('".')
+    reasons = [
+        f"{operator}: {reason}" for operator, entry in report.operators.items()
+        for _, reason in (*entry.decomposed, *entry.declined) if operator.replace("::", ".") in first
+    ]
+    because = f"; MLX declined it ({'; '.join(sorted(set(reasons)))})" if reasons else ""
+    return f"ExecuTorch cannot take this program: {first}{because}"
+
+
+def refuse_declined_custom_ops(report) -> None:
+    """etmlx's own ops have no ExecuTorch kernel: one MLX declined (a sum across ranks in
+    float64, say) would fail in ``to_executorch`` as "Missing out variants"."""
+    declined = sorted({f"{operator}: {reason}" for operator, entry in report.operators.items()
+                       if operator.startswith("etmlx::") for _, reason in entry.declined})
+    if declined:
+        raise ExportError(f"ExecuTorch has no kernel for etmlx's own ops that MLX declined ({'; '.join(declined)})")
+
+
+def share_weights_when_copied(program) -> None:
+    """ExecuTorch's ``to_backend`` hands each backend's ``preprocess`` a deep copy of the
+    claimed part of the program, weights included: a second copy of the whole model in
+    memory (of a memory-mapped checkpoint's too, so far only read in place). The
+    program's parameters become ``_SharedWhenCopied`` parameters over the same storage,
+    which such a copy shares: preprocess only reads them."""
+    import torch
+
+    for name, value in program.state_dict.items():
+        if isinstance(value, torch.nn.Parameter) and type(value) is torch.nn.Parameter:
+            program.state_dict[name] = _shared_when_copied()(value, requires_grad=False)
+
+
+@functools.cache
+def _shared_when_copied():
+    import torch
+
+    class _SharedWhenCopied(torch.nn.Parameter):
+        def __deepcopy__(self, memo):
+            memo[id(self)] = self
+            return self
+
+    return _SharedWhenCopied
+
+
+def keep_initial_values(program) -> None:
+    """Mutable buffers MLX declined stay with ExecuTorch, which drops their initial
+    values unless their placeholders carry ``et_init_buffer`` (delegated buffers carry
+    their own in the payload). Set here on exactly those placeholders: ExecuTorch's
+    ``InitializedMutableBufferPass`` matches names by substring, and so also marked a
+    user input named like a buffer (``scale`` for buffer ``scale``, placeholder
+    ``b_scale``), whose program then lost the buffer's updates without an error."""
+    signature = program.graph_signature
+    mutated = set(signature.buffers_to_mutate.values())
+    names = {name for name, target in signature.inputs_to_buffers.items() if target in mutated}
+    for node in program.graph.nodes:
+        if node.op == "placeholder" and node.name in names:
+            node.meta["et_init_buffer"] = True
+
+
+def rename_inputs_named_like_state(program) -> None:
+    """Renames method inputs that share a name with a buffer or weight (``forward(self,
+    x, scale)`` next to buffer ``scale``). ExecuTorch's write-back of mutated buffers
+    looks placeholders up by buffer name and by input name in one table, so such an
+    input took the buffer's place: the update was written into the input and the buffer
+    kept its old value, with no error. A method's input names are not in the .pte."""
+    from torch.export.graph_signature import InputKind, TensorArgument
+
+    signature = program.graph_signature
+    state = {spec.target for spec in signature.input_specs if spec.kind is not InputKind.USER_INPUT}
+    taken = {node.name for node in program.graph.nodes} | state
+    placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
+    for spec in signature.input_specs:
+        if spec.kind is not InputKind.USER_INPUT or not isinstance(spec.arg, TensorArgument):
+            continue
+        if spec.arg.name not in state:
+            continue
+        new = f"{spec.arg.name}_input"
+        while new in taken:
+            new += "_"
+        taken.add(new)
+        placeholders[spec.arg.name].name = new
+        spec.arg = TensorArgument(name=new)
+    program.graph_module.recompile()
