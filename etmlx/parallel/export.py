@@ -1,16 +1,20 @@
 """``etmlx.export(..., tensor_parallel=N)``: a directory of one program per rank, each
 traced from that rank's shard of the model and checked against the whole model first."""
 
+import dataclasses
+import logging
 import os
 from dataclasses import dataclass
 
-from etmlx.errors import ExportError
+from etmlx.errors import ExportError, first_line
 from etmlx.pipeline import lower_methods, write
 
 from .ranks import write_manifest
 from .shard_check import check_ranks
-from .shard_plan import find_blocks
+from .shard_plan import ShardPlan, find_blocks
 from .sharding import shard
+
+log = logging.getLogger("etmlx")
 
 
 @dataclass
@@ -38,20 +42,15 @@ def export_ranks(path, size: int, trace_methods, module, quantize=None) -> Tenso
         raise ExportError(f"tensor_parallel={size!r}: expected a number of ranks, 1 or more")
     whole = trace_methods(module)
     first = next(iter(whole))
-    plan = find_blocks(module, whole[first])
-    shards = [shard(module, plan, rank, size) for rank in range(size)]
+    shards, traced = _shards_that_trace(trace_methods, module, find_blocks(module, whole[first]), size)
     decisions = shards[0][1]
-    if size > 1 and not any(d.sharded for d in decisions):
-        found = "; ".join(map(str, decisions)) or "no attention call and no MLP in its graph"
-        raise ExportError(f"tensor_parallel={size}: nothing of {type(module).__name__} splits over {size} ranks ({found})")
-    traced = [_trace_rank(trace_methods, sharded, rank) for rank, (sharded, _) in enumerate(shards)]
     check_ranks(whole[first], [methods[first] for methods in traced], first)
     quantized = [()] * size
     if quantize is not None:
         from etmlx.quant.weights import quantized_copy
 
         copies = [quantized_copy(sharded, *quantize) for sharded, _ in shards]
-        traced = [_trace_rank(trace_methods, copy, rank) for rank, (copy, _) in enumerate(copies)]
+        traced = [trace_methods(copy) for copy, _ in copies]
         quantized = [tuple(names) for _, names in copies]
     os.makedirs(path, exist_ok=True)
     ranks = []
@@ -63,8 +62,25 @@ def export_ranks(path, size: int, trace_methods, module, quantize=None) -> Tenso
     return TensorParallelResult(os.fspath(path), size, ranks, decisions)
 
 
-def _trace_rank(trace_methods, sharded, rank: int) -> dict:
+def _shards_that_trace(trace_methods, module, plan: ShardPlan, size: int) -> tuple:
+    """Each rank's (shard, decisions) of ``module`` and the shard's methods, traced.
+
+    A model may derive its head layout from something sharding cannot follow: nanoGPT
+    splits its stacked projection with ``split(self.n_embd)`` and views it with
+    ``view(B, T, self.n_head, C // self.n_head)``, ``C`` read from its input. When a shard
+    does not trace, every attention block stays whole on every rank, with a warning, and
+    only the MLPs split: a tensor-parallel export does not fail where a plain one succeeds."""
+    shards = [shard(module, plan, rank, size) for rank in range(size)]
+    decisions = shards[0][1]
+    if size > 1 and not any(d.sharded for d in decisions):
+        found = "; ".join(map(str, decisions)) or "no attention call and no MLP in its graph"
+        raise ExportError(f"tensor_parallel={size}: nothing of {type(module).__name__} splits over {size} ranks ({found})")
     try:
-        return trace_methods(sharded)
+        return shards, [trace_methods(sharded) for sharded, _ in shards]
     except Exception as error:
-        raise ExportError(f"rank {rank}'s shard does not trace (a head count the model keeps elsewhere?): {error}") from error
+        if all(block.problem for block in plan.attention):
+            raise ExportError(f"tensor_parallel={size}: a rank's shard does not trace: {first_line(error)}") from error
+        reason = f"its shard does not trace: {first_line(error)}"
+        log.warning("tensor_parallel=%d: attention left whole on every rank (%s)", size, reason)
+        whole_attention = [dataclasses.replace(block, problem=block.problem or reason) for block in plan.attention]
+        return _shards_that_trace(trace_methods, module, ShardPlan(whole_attention, plan.mlps), size)

@@ -64,6 +64,26 @@ class QkvoBlock(torch.nn.Module):
         return x + self.fc2(torch.nn.functional.gelu(self.fc1(x)))
 
 
+class NanoGptBlock(torch.nn.Module):
+    """nanoGPT's block: the stacked projection split by ``self.n_embd`` and each part
+    viewed with ``self.n_head`` against the input's width, which no shard of the heads
+    can follow; its attention stays whole on every rank and its MLP splits."""
+
+    def __init__(self, n_embd=64, n_head=4):
+        super().__init__()
+        self.n_embd, self.n_head = n_embd, n_head
+        self.c_attn, self.c_proj = torch.nn.Linear(n_embd, 3 * n_embd), torch.nn.Linear(n_embd, n_embd)
+        self.c_fc, self.mlp_proj = torch.nn.Linear(n_embd, 4 * n_embd), torch.nn.Linear(4 * n_embd, n_embd)
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        return x + self.mlp_proj(torch.nn.functional.gelu(self.c_fc(x)))
+
+
 def _exported(out, name, module, inputs, reference=None, **options):
     """``module`` exported for 2 ranks into ``out/name``, its inputs in ``out/name.npz``;
     returns (export result, the expected output: ``reference``'s or the module's, eager)."""
@@ -88,7 +108,8 @@ def exported(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("tp")
     programs = {"block": _encoder_block(out, "block"), "odd_heads": _encoder_block(out, "odd_heads", dim=48, heads=3),
-                "qkvo": _exported(out, "qkvo", QkvoBlock(), (torch.randn(2, 8, 64),))}
+                "qkvo": _exported(out, "qkvo", QkvoBlock(), (torch.randn(2, 8, 64),)),
+                "nanogpt": _exported(out, "nanogpt", NanoGptBlock(), (torch.randn(2, 8, 64),))}
     # int8 in groups of 32: each rank's shard quantizes to the same groups as the whole
     # model's (the row-parallel widths, 32 and 128, divide into them)
     block = EncoderBlock()
@@ -109,13 +130,13 @@ def ran(request, exported, tmp_path_factory):
     results = tmp_path_factory.mktemp(request.param)
     for name in programs:
         os.link(out / f"{name}.npz", results / f"{name}.npz")
-    jobs = [f"{name}:forward:{out / name}" for name in ("block", "odd_heads", "qkvo", "quantized")]
+    jobs = [f"{name}:forward:{out / name}" for name in ("block", "odd_heads", "qkvo", "nanogpt", "quantized")]
     jobs.append(f"llama:generate:{out / 'llama'}")
     done, _ = launch(results, *jobs, runtime=request.param)
     return programs, results, done
 
 
-@pytest.mark.parametrize("name", ["block", "odd_heads", "qkvo", "quantized"])
+@pytest.mark.parametrize("name", ["block", "odd_heads", "qkvo", "nanogpt", "quantized"])
 def test_blocks_on_two_ranks(ran, name):
     programs, results, done = ran
     result, expected, block = programs[name]
@@ -131,6 +152,10 @@ def test_blocks_on_two_ranks(ran, name):
     elif name == "qkvo":
         assert [str(d) for d in result.decisions] == ["(root) attention: sharded", "(root) mlp: sharded"]
         assert _nodes(result.ranks[0].path).count("AllSum") == 2
+    elif name == "nanogpt":
+        attention, mlp = result.decisions
+        assert not attention.sharded and attention.reason.startswith("its shard does not trace: ") and mlp.sharded
+        assert _nodes(result.ranks[0].path).count("AllSum") == 1
     elif name == "quantized":
         assert all(d.sharded for d in result.decisions) and "proj" in result.ranks[0].quantized
         nodes = _nodes(result.ranks[0].path)
