@@ -379,7 +379,11 @@ def test_erf_on_mlx_cpu_is_accurate_to_float32():
     assert edges[:2].tolist() == [0.0, -0.0] and edges[:2].signbit().tolist() == [False, True]
     assert edges[2:4].sign().tolist() == [1.0, -1.0] and edges[4:9].tolist() == [1.0, 1.0, -1.0, 1.0, -1.0]
     assert edges[9].isnan()
-    torch.testing.assert_close(gelu, F.gelu(x), rtol=0, atol=2e-6, equal_nan=True)
+    # PyTorch's own GELU at +-inf depends on its CPU kernel (its AVX-512 one gives nan for
+    # both); the formula it documents, x * (1 + erf(x / sqrt(2))) / 2, gives inf and nan
+    finite = x.isfinite()
+    torch.testing.assert_close(gelu[finite], F.gelu(x[finite]), rtol=0, atol=2e-6)
+    assert gelu[-3] == math.inf and gelu[-2:].isnan().all()
     torch.testing.assert_close(erf_bf16, x.bfloat16().erf(), rtol=0, atol=4e-3, equal_nan=True)
 
 
