@@ -71,6 +71,7 @@ def lower_methods(methods: dict):
     from torch._export.verifier import SpecViolationError
 
     from etmlx.lowering import edge_passes
+    from etmlx.lowering.composite_ops import collected_once
     from etmlx.lowering.splits import split_calls_as_slices
     from etmlx.partitioner import MlxPartitioner
 
@@ -83,7 +84,9 @@ def lower_methods(methods: dict):
         name: partitioner.transform_for_pre_decomposition(split_calls_as_slices(program))
         for name, program in methods.items()
     }
-    edge = to_edge(retargeted, constant_methods=constants or None, compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    with collected_once():
+        edge = to_edge(retargeted, constant_methods=constants or None,
+                       compile_config=EdgeCompileConfig(_check_ir_validity=False))
     for name in methods:
         edge_passes.share_weights_when_copied(edge.exported_program(name))
     edge = edge.to_backend(partitioner)

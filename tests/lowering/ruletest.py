@@ -87,10 +87,14 @@ def edge_whole(module: torch.nn.Module, inputs) -> tuple:
     and the operators kept."""
     from executorch.exir import EdgeCompileConfig, to_edge
 
+    from etmlx.lowering.composite_ops import collected_once
+
     program = torch.export.export(module, tuple(inputs))
     program.graph_module.graph.eliminate_dead_code()  # e.g. the unused indices of a max pool
     operators = [n.target for n in program.graph.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
-    return to_edge(program, compile_config=EdgeCompileConfig(_check_ir_validity=False, preserve_ops=operators)), operators
+    with collected_once():
+        edge = to_edge(program, compile_config=EdgeCompileConfig(_check_ir_validity=False, preserve_ops=operators))
+    return edge, operators
 
 
 def lower_whole(module: torch.nn.Module, inputs) -> tuple:
