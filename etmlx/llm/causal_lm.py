@@ -50,6 +50,7 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
     from .attention_probe import probe
     from .windowed_cache import SampledCausalLM, WindowedCausalLM, attends_through_window, windowed_attention
 
+    refuse_recurrent_layers(model.config)
     if not isinstance(window_step, int) or window_step < 1:
         raise ExportError(f"window_step={window_step!r}: expected a number of cache slots, 1 or more")
     cache = dict(kv_bits=kv_bits, kv_group_size=kv_group_size)
@@ -122,6 +123,30 @@ def _weights_not_cloned():
         yield
     finally:
         builder._clone_input = clone
+
+
+def refuse_recurrent_layers(config) -> None:
+    """One ExportError naming the family when transformers' static cache for ``config``
+    has layers that keep a recurrent state (linear attention, a convolution window, a
+    state space: Qwen3-Next, Mamba, Jamba, Falcon-H1, ...) instead of keys and values:
+    not exported yet. Read from the config alone, before any weight is loaded."""
+    from transformers import StaticCache
+    from transformers.cache_utils import LinearAttentionCacheLayerMixin
+
+    text = config.get_text_config()
+    try:
+        layers = StaticCache(config=text, max_cache_len=1).layers
+    except (AttributeError, TypeError, ValueError):
+        return  # a config transformers' own cache cannot read: tracing names what it lacks
+    recurrent = [index for index, layer in enumerate(layers) if isinstance(layer, LinearAttentionCacheLayerMixin)]
+    if not recurrent:
+        return
+    layer_types = getattr(text, "layer_types", None) or []
+    kinds = sorted({layer_types[i] if i < len(layer_types) else type(layers[i]).__name__ for i in recurrent})
+    raise ExportError(
+        f"{config.model_type}: {len(recurrent)} of its {len(layers)} layers keep a recurrent state "
+        f"({', '.join(kinds)}) instead of keys and values; export-llm takes causal LMs whose every layer is "
+        "attention (full or sliding-window): hybrid linear-attention and state-space models do not export yet")
 
 
 def with_static_cache(model, max_context_len: int):

@@ -7,8 +7,9 @@ import os
 import shutil
 import time
 
-from . import gguf_model, safetensors_file
 from etmlx.errors import ExportError, first_line
+
+from . import causal_lm, gguf_model, safetensors_file
 
 DEFAULT_MAX_CONTEXT = 2048
 DTYPES = ("float32", "bfloat16", "float16")
@@ -46,7 +47,6 @@ def _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_siz
                 kv_group_size, report):
     import torch
 
-    from . import causal_lm
     from etmlx.exporter import export_methods
 
     started = time.perf_counter()
@@ -120,7 +120,11 @@ def _load(model_dir, dtype):
     for path in sorted(glob.glob(os.path.join(model_dir, "*.safetensors"))):
         safetensors_file.check(path)
     try:
-        AutoConfig.from_pretrained(model_dir)  # an unknown model_type fails here, by name
+        config = AutoConfig.from_pretrained(model_dir)  # an unknown model_type fails here, by name
+    except (ValueError, OSError, KeyError) as error:
+        raise ExportError(f"transformers cannot load {model_dir} as a causal LM: {first_line(error)}") from error
+    causal_lm.refuse_recurrent_layers(config)
+    try:
         model, info = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, output_loading_info=True)
     except (ValueError, OSError, KeyError) as error:
         raise ExportError(f"transformers cannot load {model_dir} as a causal LM: {first_line(error)}") from error

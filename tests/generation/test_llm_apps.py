@@ -3,11 +3,14 @@
 ``TextLLMRunner``, each against transformers' eager greedy text. Nothing is downloaded:
 the checkpoint is written by ``save_pretrained``, its tokenizer trained here."""
 
+import re
+
 import pytest
 
 import etmlx
 from etmlx.llm import generation
 from etmlx.cli import main
+from etmlx.errors import ExportError
 from etmlx.inspection import constant_methods
 from examples import llm
 
@@ -107,6 +110,32 @@ def test_bad_input_is_one_clear_error(exported, tmp_path, capsys, args, message)
     names = dict(missing=str(tmp_path / "missing"), out=str(tmp_path), bert=str(tmp_path / "bert"), pte=str(exported[0]))
     assert main([a.format(**names) for a in args]) == 1
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("config, sizes, message", [
+    ("Mamba2Config", dict(num_hidden_layers=2, num_heads=4, head_dim=16, n_groups=1),
+     "mamba2: 2 of its 2 layers keep a recurrent state (linear_attention)"),
+    ("Qwen3NextConfig", dict(num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1),
+     "qwen3_next: 3 of its 4 layers keep a recurrent state (linear_attention)"),
+    ("Lfm2Config", dict(num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                        layer_types=["conv", "full_attention"]), "lfm2: 1 of its 2 layers keep a recurrent state (conv)"),
+])
+def test_a_recurrent_family_is_refused_by_name_before_its_weights_load(tmp_path, capsys, config, sizes, message):
+    """Hybrid linear-attention and state-space families (#39): one line naming the family
+    and what export-llm takes, from config.json alone (no weights are written here), and
+    the same from ``causal_lm.refuse_recurrent_layers``, which ``export_methods`` calls first."""
+    import transformers
+
+    from etmlx.llm import causal_lm
+
+    made = getattr(transformers, config)(vocab_size=64, hidden_size=32, **sizes)
+    made.save_pretrained(tmp_path / "checkpoint")
+    assert main(["export-llm", str(tmp_path / "checkpoint"), "-o", str(tmp_path / "x.pte")]) == 1
+    error = capsys.readouterr().err
+    assert message in error and "hybrid linear-attention and state-space models do not export yet" in error
+    assert "Traceback" not in error and not (tmp_path / "x.pte").exists()
+    with pytest.raises(ExportError, match=re.escape(message)):
+        causal_lm.refuse_recurrent_layers(made)
 
 
 @pytest.mark.parametrize("scheme, runtime", [("int8", "python"), ("nvfp4", "executorch")])
