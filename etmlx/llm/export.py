@@ -13,6 +13,9 @@ from . import causal_lm, gguf_model, safetensors_file
 
 DEFAULT_MAX_CONTEXT = 2048
 DTYPES = ("float32", "bfloat16", "float16")
+# Class names of the checkpoints export-llm takes beyond transformers' causal-LM mapping
+# (multimodal models whose text decoder is the causal LM).
+CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
 # What a tokenizer of a checkpoint folder is made of (whichever it has), and its chat template.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                    "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json", "generation_config.json")
@@ -123,6 +126,7 @@ def _load(model_dir, dtype):
         config = AutoConfig.from_pretrained(model_dir)  # an unknown model_type fails here, by name
     except (ValueError, OSError, KeyError) as error:
         raise ExportError(f"transformers cannot load {model_dir} as a causal LM: {first_line(error)}") from error
+    _refuse_other_than_causal_lm(model_dir, config)
     causal_lm.refuse_recurrent_layers(config)
     try:
         model, info = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, output_loading_info=True)
@@ -130,6 +134,20 @@ def _load(model_dir, dtype):
         raise ExportError(f"transformers cannot load {model_dir} as a causal LM: {first_line(error)}") from error
     _refuse_incomplete(model_dir, type(model).__name__, info)
     return model.eval()
+
+
+def _refuse_other_than_causal_lm(model_dir, config) -> None:
+    """A checkpoint saved from an encoder or a headless model (``BertModel``,
+    ``BertForMaskedLM``, ``LlamaModel``) is no causal LM, though transformers would load
+    some of them as one (BERT as ``BertLMHeadModel``, its head random): refused by the
+    classes config.json names, before any weight is read."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    saved_as = getattr(config, "architectures", None) or []
+    causal = set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
+    if saved_as and not any(name in causal or name.endswith(CAUSAL_LM_SUFFIXES) for name in saved_as):
+        raise ExportError(f"{model_dir}: a {config.model_type} checkpoint saved as {', '.join(saved_as)}, not a causal "
+                          "language model; export-llm takes decoder-only causal LMs (a *ForCausalLM checkpoint)")
 
 
 def _refuse_incomplete(model_dir, model_class: str, info: dict) -> None:
