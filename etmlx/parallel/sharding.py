@@ -1,5 +1,5 @@
 """Shards a module for tensor parallelism (``etmlx/parallel/ranks.py``): one copy per
-rank of the blocks ``etmlx/parallel/shard_plan.py`` found, which ``etmlx/exporter.py`` traces,
+rank of the blocks ``etmlx/parallel/shard_plan.py`` found, which ``etmlx/parallel/export.py`` traces,
 checks against the whole model (``etmlx/parallel/shard_check.py``) and writes.
 
 The standard split (Megatron's, mlx-lm's): an attention block's q/k/v projections and an
