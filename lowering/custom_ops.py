@@ -220,3 +220,27 @@ def random_uniform(seed: torch.Tensor, shape: list[int]) -> torch.Tensor:
 @random_uniform.register_fake
 def _(seed, shape):
     return seed.new_empty(shape, dtype=torch.float32)
+
+
+@torch.library.custom_op("etmlx::gated_delta", mutates_args=())
+def gated_delta(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor,
+                state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gated delta rule (``mx.fast.gated_delta_update``), one step at a time from
+    ``state``: per step, the state decays by ``gamma``, moves towards ``v`` along ``k`` by
+    ``beta``, and is read by ``q``. q, k (B, T, Hk, Dk); v (B, T, Hv, Dv), value head h
+    reading key head h // (Hv / Hk); gamma, beta (B, T, Hv); state (B, Hv, Dv, Dk).
+    Returns the output (B, T, Hv, Dv) and the state after the last step."""
+    repeat = v.shape[2] // q.shape[2]
+    q, k = (x.repeat_interleave(repeat, dim=2) for x in (q, k))
+    steps = []
+    for t in range(q.shape[1]):
+        state = state * gamma[:, t, :, None, None]
+        remembered = (state * k[:, t, :, None, :]).sum(-1)
+        state = state + ((v[:, t] - remembered) * beta[:, t, :, None])[..., None] * k[:, t, :, None, :]
+        steps.append((state * q[:, t, :, None, :]).sum(-1))
+    return torch.stack(steps, dim=1), state
+
+
+@gated_delta.register_fake
+def _(q, k, v, gamma, beta, state):
+    return v.new_empty(v.shape), state.new_empty(state.shape)

@@ -11,7 +11,8 @@ Atan2, and Sort. 4: Rope (rotary embeddings fused into mx.fast.rope), IndexPut's
 nvfp4) of QuantizedMatmul and Dequantize, which have no biases. 9: buffers that grow
 along an axis (KV caches whose memory follows the tokens held). 10: Quantize and
 QuantizedMatmul's ``transpose`` (quantized KV caches). 11: RandomUniform (keyed random
-numbers: the noise of ``mlx::sample``).
+numbers: the noise of ``mlx::sample``). 12: GatedDelta (the gated delta rule of
+linear-attention layers).
 """
 
 # The id ExecuTorch files payloads of this format under: the AOT backend's class name
@@ -19,7 +20,7 @@ numbers: the noise of ``mlx::sample``).
 BACKEND_ID = "EtMlxBackend"
 PAYLOAD_MAGIC = b"EMLX"
 # The payload format this etmlx writes; both readers refuse a newer one by name.
-FORMAT_VERSION = 11
+FORMAT_VERSION = 12
 # Slot counts past this are refused before a runtime allocates per-slot storage.
 MAX_SLOTS = 1 << 24
 # ETMLX_MAX_ARRAY_BYTES's default: the largest array one MLX node may make.

@@ -10,6 +10,7 @@ from . import (  # noqa: F401
     elementwise,
     exportables,
     indexing,
+    linear_attention,
     matmul,
     normalization,
     quantized,

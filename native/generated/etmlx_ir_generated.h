@@ -134,6 +134,9 @@ struct SdpaBuilder;
 struct Rope;
 struct RopeBuilder;
 
+struct GatedDelta;
+struct GatedDeltaBuilder;
+
 struct Roll;
 struct RollBuilder;
 
@@ -258,6 +261,8 @@ inline const ::flatbuffers::TypeTable *ArgReduceTypeTable();
 inline const ::flatbuffers::TypeTable *SdpaTypeTable();
 
 inline const ::flatbuffers::TypeTable *RopeTypeTable();
+
+inline const ::flatbuffers::TypeTable *GatedDeltaTypeTable();
 
 inline const ::flatbuffers::TypeTable *RollTypeTable();
 
@@ -891,11 +896,12 @@ enum class Op : uint8_t {
   AllSum = 46,
   Quantize = 47,
   RandomUniform = 48,
+  GatedDelta = 49,
   MIN = NONE,
-  MAX = RandomUniform
+  MAX = GatedDelta
 };
 
-inline const Op (&EnumValuesOp())[49] {
+inline const Op (&EnumValuesOp())[50] {
   static const Op values[] = {
     Op::NONE,
     Op::Unary,
@@ -945,13 +951,14 @@ inline const Op (&EnumValuesOp())[49] {
     Op::GatherQmm,
     Op::AllSum,
     Op::Quantize,
-    Op::RandomUniform
+    Op::RandomUniform,
+    Op::GatedDelta
   };
   return values;
 }
 
 inline const char * const *EnumNamesOp() {
-  static const char * const names[50] = {
+  static const char * const names[51] = {
     "NONE",
     "Unary",
     "Binary",
@@ -1001,13 +1008,14 @@ inline const char * const *EnumNamesOp() {
     "AllSum",
     "Quantize",
     "RandomUniform",
+    "GatedDelta",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameOp(Op e) {
-  if (::flatbuffers::IsOutRange(e, Op::NONE, Op::RandomUniform)) return "";
+  if (::flatbuffers::IsOutRange(e, Op::NONE, Op::GatedDelta)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesOp()[index];
 }
@@ -1206,6 +1214,10 @@ template<> struct OpTraits<etmlx_ir::Quantize> {
 
 template<> struct OpTraits<etmlx_ir::RandomUniform> {
   static const Op enum_value = Op::RandomUniform;
+};
+
+template<> struct OpTraits<etmlx_ir::GatedDelta> {
+  static const Op enum_value = Op::GatedDelta;
 };
 
 template <bool B = false>
@@ -4582,6 +4594,121 @@ inline ::flatbuffers::Offset<Rope> CreateRope(
   return builder_.Finish();
 }
 
+struct GatedDelta FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef GatedDeltaBuilder Builder;
+  static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
+    return GatedDeltaTypeTable();
+  }
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_Q = 4,
+    VT_K = 6,
+    VT_V = 8,
+    VT_GAMMA = 10,
+    VT_BETA = 12,
+    VT_STATE = 14,
+    VT_FINAL_STATE = 16,
+    VT_OUT = 18
+  };
+  const etmlx_ir::Tid *q() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_Q);
+  }
+  const etmlx_ir::Tid *k() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_K);
+  }
+  const etmlx_ir::Tid *v() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_V);
+  }
+  const etmlx_ir::Tid *gamma() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_GAMMA);
+  }
+  const etmlx_ir::Tid *beta() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_BETA);
+  }
+  const etmlx_ir::Tid *state() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_STATE);
+  }
+  bool final_state() const {
+    return GetField<uint8_t>(VT_FINAL_STATE, 0) != 0;
+  }
+  const etmlx_ir::Tid *out() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_OUT);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_Q, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_K, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_V, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_GAMMA, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_BETA, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_STATE, 4) &&
+           VerifyField<uint8_t>(verifier, VT_FINAL_STATE, 1) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_OUT, 4) &&
+           verifier.EndTable();
+  }
+};
+
+struct GatedDeltaBuilder {
+  typedef GatedDelta Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_q(const etmlx_ir::Tid *q) {
+    fbb_.AddStruct(GatedDelta::VT_Q, q);
+  }
+  void add_k(const etmlx_ir::Tid *k) {
+    fbb_.AddStruct(GatedDelta::VT_K, k);
+  }
+  void add_v(const etmlx_ir::Tid *v) {
+    fbb_.AddStruct(GatedDelta::VT_V, v);
+  }
+  void add_gamma(const etmlx_ir::Tid *gamma) {
+    fbb_.AddStruct(GatedDelta::VT_GAMMA, gamma);
+  }
+  void add_beta(const etmlx_ir::Tid *beta) {
+    fbb_.AddStruct(GatedDelta::VT_BETA, beta);
+  }
+  void add_state(const etmlx_ir::Tid *state) {
+    fbb_.AddStruct(GatedDelta::VT_STATE, state);
+  }
+  void add_final_state(bool final_state) {
+    fbb_.AddElement<uint8_t>(GatedDelta::VT_FINAL_STATE, static_cast<uint8_t>(final_state), 0);
+  }
+  void add_out(const etmlx_ir::Tid *out) {
+    fbb_.AddStruct(GatedDelta::VT_OUT, out);
+  }
+  explicit GatedDeltaBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<GatedDelta> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<GatedDelta>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<GatedDelta> CreateGatedDelta(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const etmlx_ir::Tid *q = nullptr,
+    const etmlx_ir::Tid *k = nullptr,
+    const etmlx_ir::Tid *v = nullptr,
+    const etmlx_ir::Tid *gamma = nullptr,
+    const etmlx_ir::Tid *beta = nullptr,
+    const etmlx_ir::Tid *state = nullptr,
+    bool final_state = false,
+    const etmlx_ir::Tid *out = nullptr) {
+  GatedDeltaBuilder builder_(_fbb);
+  builder_.add_out(out);
+  builder_.add_state(state);
+  builder_.add_beta(beta);
+  builder_.add_gamma(gamma);
+  builder_.add_v(v);
+  builder_.add_k(k);
+  builder_.add_q(q);
+  builder_.add_final_state(final_state);
+  return builder_.Finish();
+}
+
 struct Roll FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef RollBuilder Builder;
   static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
@@ -5674,6 +5801,9 @@ struct Node FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const etmlx_ir::RandomUniform *op_as_RandomUniform() const {
     return op_type() == etmlx_ir::Op::RandomUniform ? static_cast<const etmlx_ir::RandomUniform *>(op()) : nullptr;
   }
+  const etmlx_ir::GatedDelta *op_as_GatedDelta() const {
+    return op_type() == etmlx_ir::Op::GatedDelta ? static_cast<const etmlx_ir::GatedDelta *>(op()) : nullptr;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -5874,6 +6004,10 @@ template<> inline const etmlx_ir::Quantize *Node::op_as<etmlx_ir::Quantize>() co
 
 template<> inline const etmlx_ir::RandomUniform *Node::op_as<etmlx_ir::RandomUniform>() const {
   return op_as_RandomUniform();
+}
+
+template<> inline const etmlx_ir::GatedDelta *Node::op_as<etmlx_ir::GatedDelta>() const {
+  return op_as_GatedDelta();
 }
 
 struct NodeBuilder {
@@ -6509,6 +6643,10 @@ inline bool VerifyOp(::flatbuffers::VerifierTemplate<B> &verifier, const void *o
       auto ptr = reinterpret_cast<const etmlx_ir::RandomUniform *>(obj);
       return verifier.VerifyTable(ptr);
     }
+    case Op::GatedDelta: {
+      auto ptr = reinterpret_cast<const etmlx_ir::GatedDelta *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
     default: return true;
   }
 }
@@ -6922,7 +7060,8 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     { ::flatbuffers::ET_SEQUENCE, 0, 44 },
     { ::flatbuffers::ET_SEQUENCE, 0, 45 },
     { ::flatbuffers::ET_SEQUENCE, 0, 46 },
-    { ::flatbuffers::ET_SEQUENCE, 0, 47 }
+    { ::flatbuffers::ET_SEQUENCE, 0, 47 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 48 }
   };
   static const ::flatbuffers::TypeFunction type_refs[] = {
     etmlx_ir::UnaryTypeTable,
@@ -6972,7 +7111,8 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     etmlx_ir::GatherQmmTypeTable,
     etmlx_ir::AllSumTypeTable,
     etmlx_ir::QuantizeTypeTable,
-    etmlx_ir::RandomUniformTypeTable
+    etmlx_ir::RandomUniformTypeTable,
+    etmlx_ir::GatedDeltaTypeTable
   };
   static const char * const names[] = {
     "NONE",
@@ -7023,10 +7163,11 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     "GatherQmm",
     "AllSum",
     "Quantize",
-    "RandomUniform"
+    "RandomUniform",
+    "GatedDelta"
   };
   static const ::flatbuffers::TypeTable tt = {
-    ::flatbuffers::ST_UNION, 49, type_codes, type_refs, nullptr, nullptr, names
+    ::flatbuffers::ST_UNION, 50, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }
@@ -7970,6 +8111,36 @@ inline const ::flatbuffers::TypeTable *RopeTypeTable() {
   };
   static const ::flatbuffers::TypeTable tt = {
     ::flatbuffers::ST_TABLE, 5, type_codes, type_refs, nullptr, nullptr, names
+  };
+  return &tt;
+}
+
+inline const ::flatbuffers::TypeTable *GatedDeltaTypeTable() {
+  static const ::flatbuffers::TypeCode type_codes[] = {
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_BOOL, 0, -1 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 }
+  };
+  static const ::flatbuffers::TypeFunction type_refs[] = {
+    etmlx_ir::TidTypeTable
+  };
+  static const char * const names[] = {
+    "q",
+    "k",
+    "v",
+    "gamma",
+    "beta",
+    "state",
+    "final_state",
+    "out"
+  };
+  static const ::flatbuffers::TypeTable tt = {
+    ::flatbuffers::ST_TABLE, 8, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }

@@ -38,8 +38,33 @@ def _rope_cos_sin(tokens, offset, freqs, dtype):
     return mx.cos(angles).astype(dtype), mx.sin(angles).astype(dtype)
 
 
+def _gated_delta(op, env):
+    """Both of ``mx.fast.gated_delta_update``'s results, made once per call for the
+    output node and the state node of the same operands."""
+    operands = [op.q, op.k, op.v, op.gamma, op.beta, op.state]
+    key = ("gated_delta", *(ref.idx for ref in operands))
+    results = env.shared(key, lambda: _gated_delta_update(*(env.t(ref) for ref in operands)))
+    return results[1 if op.finalState else 0]
+
+
+def _gated_delta_update(q, k, v, gamma, beta, state):
+    if (q.ndim, k.ndim, v.ndim, gamma.ndim, beta.ndim, state.ndim) != (4, 4, 4, 3, 3, 4) or \
+            any(x.dtype != mx.float32 for x in (q, k, v, gamma, beta, state)):
+        raise ValueError("gated delta rule over operands of other ranks or dtypes than float32 q, k, v (B, T, H, D), "
+                         "gamma, beta (B, T, Hv), state (B, Hv, Dv, Dk)")
+    batch, steps, key_heads, key_size = q.shape
+    value_heads, value_size = v.shape[2:]
+    if k.shape != q.shape or v.shape[:2] != (batch, steps) or gamma.shape != (batch, steps, value_heads) \
+            or beta.shape != gamma.shape or state.shape != (batch, value_heads, value_size, key_size) \
+            or steps < 1 or key_heads < 1 or value_heads % key_heads:
+        raise ValueError(f"gated delta rule over q {q.shape}, v {v.shape}, gamma {gamma.shape}, beta {beta.shape}, "
+                         f"state {state.shape}: shapes that do not agree")
+    return mx.fast.gated_delta_update(q, k, v, gamma, beta, state)
+
+
 HANDLERS = {
     "Sdpa": _sdpa,
+    "GatedDelta": _gated_delta,
     "Rope": _rope,
     "Roll": lambda op, env: mx.roll(env.t(op.x), list(op.shifts), axis=list(op.axes)),
 }

@@ -1,4 +1,5 @@
-// Sdpa (MLX's fused attention kernel), Rope (its rotary embedding kernel) and Roll.
+// Sdpa (MLX's fused attention kernel), Rope (its rotary embedding kernel), Roll, and
+// GatedDelta (its kernel of the gated delta rule: linear attention).
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -72,6 +73,46 @@ mx::array rope(const etmlx_ir::Rope& op, Env& env) {
                          -1);
 }
 
+std::vector<mx::array> gated_delta_update(const mx::array& q, const mx::array& k, const mx::array& v,
+                                          const mx::array& gamma, const mx::array& beta, const mx::array& state) {
+  for (const mx::array* x : {&q, &k, &v, &gamma, &beta, &state}) {
+    if (x->dtype() != mx::float32) {
+      throw std::invalid_argument("gated delta rule over operands other than float32");
+    }
+  }
+  if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4 || gamma.ndim() != 3 || beta.ndim() != 3 || state.ndim() != 4) {
+    throw std::invalid_argument(
+        "gated delta rule over operands of other ranks than q, k, v (B, T, H, D), gamma, beta (B, T, Hv), state (B, "
+        "Hv, Dv, Dk)");
+  }
+  const int batch = q.shape(0);
+  const int steps = q.shape(1);
+  const int key_heads = q.shape(2);
+  const int value_heads = v.shape(2);
+  const mx::Shape gates = {batch, steps, value_heads};
+  const mx::Shape states = {batch, value_heads, v.shape(3), q.shape(3)};
+  if (k.shape() != q.shape() || v.shape(0) != batch || v.shape(1) != steps || gamma.shape() != gates ||
+      beta.shape() != gates || state.shape() != states || steps < 1 || key_heads < 1 || value_heads % key_heads != 0) {
+    throw std::invalid_argument("gated delta rule over operands whose shapes do not agree");
+  }
+  return mx::fast::gated_delta_update(q, k, v, gamma, beta, state);
+}
+
+// Both results of mx::fast::gated_delta_update, made once per call for the output node
+// and the state node of the same operands.
+mx::array gated_delta(const etmlx_ir::GatedDelta& op, Env& env) {
+  const std::vector<const etmlx_ir::Tid*> refs = {op.q(), op.k(), op.v(), op.gamma(), op.beta(), op.state()};
+  std::vector<int64_t> key = {-static_cast<int64_t>(etmlx_ir::Op::GatedDelta)};
+  for (const auto* ref : refs) {
+    key.push_back(ref->idx());
+  }
+  const auto& results = env.shared(key, [&] {
+    return gated_delta_update(env.t(op.q()), env.t(op.k()), env.t(op.v()), env.t(op.gamma()), env.t(op.beta()),
+                              env.t(op.state()));
+  });
+  return results[op.final_state() ? 1 : 0];
+}
+
 mx::array roll(const etmlx_ir::Roll& op, Env& env) {
   const auto shifts = ints(op.shifts());
   return mx::roll(env.t(op.x()), mx::Shape(shifts.begin(), shifts.end()), ints(op.axes()));
@@ -83,6 +124,7 @@ void register_attention(Registry& r) {
   r.tensor<etmlx_ir::Sdpa, sdpa>();
   r.tensor<etmlx_ir::Rope, rope>();
   r.tensor<etmlx_ir::Roll, roll>();
+  r.tensor<etmlx_ir::GatedDelta, gated_delta>();
 }
 
 }  // namespace etmlx::native

@@ -53,6 +53,7 @@ class Op(object):
     AllSum = 46
     Quantize = 47
     RandomUniform = 48
+    GatedDelta = 49
 
 def OpCreator(unionType, table):
     from flatbuffers.table import Table
@@ -202,4 +203,7 @@ def OpCreator(unionType, table):
     if unionType == Op.RandomUniform:
         import etmlx.serializer.generated.etmlx_ir.RandomUniform
         return etmlx.serializer.generated.etmlx_ir.RandomUniform.RandomUniformT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op.GatedDelta:
+        import etmlx.serializer.generated.etmlx_ir.GatedDelta
+        return etmlx.serializer.generated.etmlx_ir.GatedDelta.GatedDeltaT.InitFromBuf(table.Bytes, table.Pos)
     return None
