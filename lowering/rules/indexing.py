@@ -370,7 +370,11 @@ def _lower_scatter_slice(ctx, node, args):
 
 
 def _check_copy(node, args):
-    return None if is_static(shape_of(args.self)) else "copy into a dynamic shape"
+    """A dynamic shape is broadcast to only from the same shape (Qwen3.5's rotary
+    sections, written into slices of a tensor as long as the call)."""
+    if is_static(shape_of(args.self)) or shape_of(args.src) == shape_of(args.self):
+        return None
+    return "copy into a dynamic shape from another shape"
 
 
 @lowers("aten::copy", check=_check_copy)

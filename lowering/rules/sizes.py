@@ -34,3 +34,9 @@ def _check_int_op(node, args):
 def _lower_int_op(ctx, node, args):
     op = INT_OPS[f"_operator.{node.target.__name__}"]
     ctx.bind_int(node, ctx.emit(IntBinary, op=op, a=ctx.size(args.a), b=ctx.size(args.b), outInt=ctx.new_int()))
+
+
+@lowers("_operator.neg", check=_check_int_op)
+def _lower_int_neg(ctx, node, args):
+    """``-n`` (a slice of the last n columns, ``x[..., -n:]``) as 0 - n."""
+    ctx.bind_int(node, ctx.emit(IntBinary, op=IntBinaryOp.Sub, a=ctx.size(0), b=ctx.size(args.a), outInt=ctx.new_int()))

@@ -3,6 +3,7 @@
 import pytest
 import runtimes
 import torch
+from torch.export import Dim
 
 from ruletest import delegated, lowered_directly, untested_rules
 
@@ -97,6 +98,17 @@ def test_copy_casts_and_broadcasts_the_source():
     x, row = torch.zeros(3, 4), torch.arange(4, dtype=torch.int32)
     assert lowered_directly(lambda x, r: aten.copy.default(x, r), (x, row)) == ["AsType", "BroadcastTo"]
     assert lowered_directly(lambda x, y: aten.copy.default(x, y), (x, torch.randn(3, 4))) == []
+
+
+def test_a_copy_into_a_dynamic_shape_from_the_same_shape():
+    """Qwen3.5's rotary sections: columns of a tensor as long as the call written in place."""
+    def fn(x):
+        out = torch.zeros(x.shape[0], 4)
+        out[:, 1:3] = x[:, :2] * 2
+        return out
+
+    seq = Dim("seq", min=2, max=16)
+    delegated(fn, (torch.randn(5, 3),), dynamic_shapes=({0: seq},), run_with=[(torch.randn(9, 3),)])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64], ids=str)

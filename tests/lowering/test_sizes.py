@@ -15,7 +15,8 @@ def test_sym_size_arithmetic():
             x.new_full((n + 1,), 2.0),
             x.new_full((n - 1, b), 3.0),
             x.new_full((n // 2,), 4.0),
-            x.new_full((n % 3 + 2, 2), 5.0)  # sizes stay >= 2: export specializes 0 and 1,
+            x.new_full((n % 3 + 2, 2), 5.0),  # sizes stay >= 2: export specializes 0 and 1,
+            torch.cat([x, x], 1)[:, -n:],  # the last n: a slice from -n
         )
 
     x = torch.randn(2, 6, 4)
