@@ -52,6 +52,46 @@ def tiny_mixtral(seed: int = 0, max_cache: int = MAX_CACHE, hidden: int = 64, la
     return with_static_cache(MixtralForCausalLM(config), max_cache)
 
 
+# Hybrid families (etmlx.llm.recurrent_state): their config class, causal-LM class, and what
+# sets their recurrent layers apart from the attention ones.
+HYBRIDS = {
+    "lfm2": ("Lfm2Config", "Lfm2ForCausalLM", dict(layer_types=["conv", "full_attention", "conv"])),
+    "lfm2_moe": ("Lfm2MoeConfig", "Lfm2MoeForCausalLM", dict(
+        layer_types=["conv", "full_attention", "conv"], num_dense_layers=1, num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=32)),
+    "qwen3_5": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM", dict(
+        layer_types=["linear_attention", "linear_attention", "full_attention"], head_dim=16, linear_num_key_heads=2,
+        linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16)),
+    "qwen3_5_moe": ("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM", dict(
+        layer_types=["linear_attention", "linear_attention", "full_attention"], head_dim=16, linear_num_key_heads=2,
+        linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16, num_experts=4,
+        num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32)),
+    "qwen3_next": ("Qwen3NextConfig", "Qwen3NextForCausalLM", dict(
+        layer_types=["linear_attention", "linear_attention", "full_attention"], head_dim=16, linear_num_key_heads=2,
+        linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16, num_experts=4,
+        num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32)),
+}
+
+
+def tiny_hybrid(family: str, seed: int = 0, max_cache: int = MAX_CACHE):
+    """A 3-layer causal LM of a hybrid family (``HYBRIDS``: recurrent layers around one of
+    attention), hidden size 64, its weights scaled up so that greedy text varies."""
+    import transformers
+
+    config_class, model_class, layers = HYBRIDS[family]
+    torch.manual_seed(seed)
+    config = getattr(transformers, config_class)(
+        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=max_cache, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        **layers,
+    )
+    model = getattr(transformers, model_class)(config)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(3.0)
+    return with_static_cache(model, max_cache)
+
+
 def with_static_cache(model, max_cache: int):
     """``model`` in eval mode, generating over a static cache of ``max_cache`` tokens
     (what the exports here trace)."""
@@ -106,10 +146,11 @@ def eager_greedy(model, prompt: list, new_tokens: int) -> list:
     import copy
 
     config = copy.deepcopy(model.generation_config)
-    config.eos_token_id, config.pad_token_id = None, 0
-    length = len(prompt) + new_tokens
+    # No stop token ([]: None would fall back to the model's own)
+    config.eos_token_id, config.pad_token_id = [], 0
+    config.max_length, config.do_sample = len(prompt) + new_tokens, False
     with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), generation_config=config, max_length=length, do_sample=False)
+        out = model.generate(torch.tensor([prompt]), generation_config=config)
     return out[0].tolist()
 
 

@@ -10,7 +10,9 @@ cache's ``index_copy_`` then fails while tracing. And a family whose attention b
 the interface (GPT-J, Falcon) would be handed the window's mask by etmlx's windowed
 attention without ever slicing its keys to the window: wrong numbers. The step runs over a
 lazily allocated cache, with the attention interface set to a recorder whose output is
-zeros: only what the cache was given and whether the recorder ran are read.
+zeros: only what the cache was given and whether the recorder ran are read. The same step
+gives the shapes of the recurrent states a hybrid model's other layers keep
+(``etmlx.llm.recurrent_state``).
 """
 
 import contextlib
@@ -19,9 +21,12 @@ import weakref
 
 import torch
 from transformers import AttentionInterface, StaticCache
+from transformers.cache_utils import LinearAttentionCacheLayerMixin
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from etmlx.errors import ExportError, first_line
+
+from .recurrent_state import recurrent_kernels
 
 _PROBE = "etmlx_probe"
 _PROBED = weakref.WeakKeyDictionary()  # model -> its Probe (shapes and routing do not change)
@@ -31,6 +36,9 @@ _PROBED = weakref.WeakKeyDictionary()  # model -> its Probe (shapes and routing 
 class Probe:
     layer_shapes: tuple  # per cache layer: (heads, key size, value size), or None where it holds no keys
     through_interface: bool
+    # per cache layer: {"conv": [(shape, dtype), ...], "recurrent": [...]} of the recurrent
+    # states it wrote (etmlx.llm.recurrent_state), or None for a layer of keys and values
+    state_shapes: tuple = ()
 
 
 def probe(model) -> Probe:
@@ -61,15 +69,22 @@ def _step(model) -> Probe:
         except Exception as error:
             raise ExportError(f"{type(model).__name__} does not run one eager step over transformers' static cache: "
                               f"{type(error).__name__}: {first_line(error)}") from error
-    shapes = tuple((layer.num_heads, layer.k_head_dim, layer.v_head_dim) if layer.is_initialized else None
-                   for layer in cache.layers)
-    return Probe(shapes, bool(calls))
+    shapes = tuple((layer.num_heads, layer.k_head_dim, layer.v_head_dim) if getattr(layer, "is_initialized", False)
+                   else None for layer in cache.layers)
+    return Probe(shapes, bool(calls), tuple(_states_written(layer) for layer in cache.layers))
+
+
+def _states_written(layer):
+    if not isinstance(layer, LinearAttentionCacheLayerMixin):
+        return None
+    return {kind: [(tuple(state.shape), state.dtype) for state in states.values() if state is not None]
+            for kind, states in (("conv", layer.conv_states), ("recurrent", layer.recurrent_states))}
 
 
 def _run(model):
     """The step, over a static cache it allocates as it writes; the cache."""
     cache = StaticCache(config=model.config.get_text_config(), max_cache_len=1)
-    with attention_implementation(model, _PROBE), torch.no_grad():
+    with attention_implementation(model, _PROBE), recurrent_kernels(model), torch.no_grad():
         model(input_ids=torch.zeros(1, 1, dtype=torch.long), past_key_values=cache, use_cache=True,
               cache_position=torch.arange(1))
     return cache

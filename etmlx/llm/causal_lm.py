@@ -32,6 +32,9 @@ WINDOW_STEP = 256
 # The constant methods ExecuTorch's LLM runner reads (extension/llm/runner/constants.h).
 RUNNER_METHODS = ("get_max_seq_len", "get_max_context_len", "get_vocab_size", "get_bos_id", "get_eos_ids",
                   "use_kv_cache", "enable_dynamic_shape")
+# etmlx's own constant method, beside them: true when layers keep a recurrent state
+# (etmlx.llm.recurrent_state), which cannot go back to an earlier position.
+RECURRENT_STATE_METHOD = "use_recurrent_state"
 
 
 def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_step: int = WINDOW_STEP,
@@ -78,7 +81,8 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
                     "the whole cache of %d slots (exact, but decode does not speed up at short contexts)",
                     type(model).__name__, capacity)
         programs = _trace(model, traced, contextlib.nullcontext())  # its own attention and mask
-    return {**programs, **runner_metadata(model, max_seq_len, capacity)}
+    recurrent = {RECURRENT_STATE_METHOD: True} if module.recurrent else {}
+    return {**programs, **runner_metadata(model, max_seq_len, capacity), **recurrent}
 
 
 def _trace(model, traced: dict, attention) -> dict:
@@ -86,10 +90,12 @@ def _trace(model, traced: dict, attention) -> dict:
     ``traced``, under ``attention`` (a context that routes the model's attention)."""
     import torch
 
+    from .recurrent_state import recurrent_kernels
     from .windowed_cache import batched_experts
 
     programs = {}
-    with attention, batched_experts(model), _weights_not_cloned(), torch.no_grad(), warnings.catch_warnings():
+    with attention, batched_experts(model), recurrent_kernels(model), _weights_not_cloned(), torch.no_grad(), \
+            warnings.catch_warnings():
         # transformers' output-capturing global trips a dynamo side-effect warning
         warnings.filterwarnings("ignore", message="While compiling, we found certain side effects")
         for name, (wrapper, arguments, shapes) in traced.items():
@@ -127,12 +133,16 @@ def _weights_not_cloned():
 
 def refuse_recurrent_layers(config) -> None:
     """One ExportError naming the family when transformers' static cache for ``config``
-    has layers that keep a recurrent state (linear attention, a convolution window, a
-    state space: Qwen3-Next, Mamba, Jamba, Falcon-H1, ...) instead of keys and values:
-    not exported yet. Read from the config alone, before any weight is loaded."""
+    has layers that keep a recurrent state instead of keys and values, of a kind etmlx
+    does not export (a state space: Mamba, Jamba, Falcon-H1, ...; ``etmlx.llm.recurrent_state``
+    names the families it does). Read from the config alone, before any weight is loaded."""
     from transformers import StaticCache
     from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
+    from .recurrent_state import FAMILIES as recurrent_families, exported_family
+
+    if exported_family(config):
+        return
     text = config.get_text_config()
     try:
         layers = StaticCache(config=text, max_cache_len=1).layers
@@ -145,8 +155,9 @@ def refuse_recurrent_layers(config) -> None:
     kinds = sorted({layer_types[i] if i < len(layer_types) else type(layers[i]).__name__ for i in recurrent})
     raise ExportError(
         f"{config.model_type}: {len(recurrent)} of its {len(layers)} layers keep a recurrent state "
-        f"({', '.join(kinds)}) instead of keys and values; export-llm takes causal LMs whose every layer is "
-        "attention (full or sliding-window): hybrid linear-attention and state-space models do not export yet")
+        f"({', '.join(kinds)}) that etmlx does not export yet (state-space layers); export-llm takes causal LMs "
+        "of attention layers (full or sliding-window), and the hybrids of short convolutions or gated delta nets "
+        f"({', '.join(sorted({name.removesuffix('_text') for name in recurrent_families}))})")
 
 
 def with_static_cache(model, max_context_len: int):
@@ -196,7 +207,7 @@ def metadata(program) -> dict:
     [2]}`` (each a value, ``get_eos_ids`` a list)."""
     values = {}
     for name in program.method_names:
-        if name in RUNNER_METHODS:
+        if name in RUNNER_METHODS or name == RECURRENT_STATE_METHOD:
             result = list(program.run_method(name, []))
             values[name] = result if name == "get_eos_ids" else result[0]
     return values

@@ -56,8 +56,9 @@ class Chat:
             self.messages.pop()
             raise GenerationError(f"the conversation holds {len(ids)} tokens, past the context of "
                                   f"{self.session.context}: /reset to start over")
-        held = _common_prefix(self.cached, ids[:-1])  # at least one token fed, for the next token's logits
-        self.session.position = held  # the slots past it are overwritten before attention reads them
+        # At least one token fed, for the next token's logits; the slots past the tokens held
+        # are overwritten before attention reads them (a recurrent state starts over).
+        held = self.session.rewind(_common_prefix(self.cached, ids[:-1]))
         self.fed_from = held
         self.stats = Stats()
         generated = []

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from etmlx.errors import EtMlxError
-from .causal_lm import metadata
+from .causal_lm import RECURRENT_STATE_METHOD, metadata
 
 
 class GenerationError(EtMlxError, ValueError):
@@ -162,6 +162,16 @@ class Session:
     @property
     def eos_ids(self) -> set:
         return set(self.limits.get("get_eos_ids", []))
+
+    def rewind(self, position: int) -> int:
+        """Makes the cache hold only its first ``position`` tokens (the next call writes
+        over the rest); returns where it resumes. A program whose layers keep a recurrent
+        state (Qwen3.5, LFM2) cannot go back: that state has taken in every token fed, so
+        short of the current position it resumes at 0, to prefill again."""
+        if position < self.position and self.limits.get(RECURRENT_STATE_METHOD):
+            position = 0
+        self.position = position
+        return position
 
     @property
     def samples_on_device(self) -> bool:

@@ -12,9 +12,10 @@ from transformers.integrations.executorch import TorchExportableModuleWithStatic
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from .attention_probe import attention_implementation, fit_to_attention
+from .attention_probe import attention_implementation, fit_to_attention, probe
 from etmlx.errors import ExportError
 from .quantized_cache import quantize_layers
+from .recurrent_state import attach_states, end_call, recurrent_static_layers, start_call
 from .sliding_cache import Rings
 
 ATTENTION = "etmlx_windowed_sdpa"
@@ -30,8 +31,11 @@ class WindowedCausalLM(torch.nn.Module):
     def __init__(self, model, max_cache_len=None, window_step: int = 256, max_seq_len: int = 128,
                  kv_bits=None, kv_group_size: int = 64):
         super().__init__()
-        self.cached = TorchExportableModuleWithStaticCache(model, max_cache_len=max_cache_len)
+        with recurrent_static_layers():
+            self.cached = TorchExportableModuleWithStaticCache(model, max_cache_len=max_cache_len)
         fit_to_attention(self.cached, model)  # Falcon's one key/value head, DeepSeek-V3's narrower values
+        # Convolution windows and linear-attention states (etmlx.llm.recurrent_state)
+        self.recurrent = attach_states(self.cached, probe(model).state_shapes)
         self.capacity = self.cached.static_cache.get_max_length()
         self.window_step = window_step
         # Sliding-window layers over rings of W + max_seq_len slots (etmlx.llm.sliding_cache)
@@ -44,7 +48,7 @@ class WindowedCausalLM(torch.nn.Module):
         if self.rings:  # where the last call ended
             self.register_buffer("ring_end", torch.zeros((), dtype=torch.long), persistent=False)
         self.quantized = quantize_layers(self.cached, self.cached.static_cache, kv_bits, kv_group_size,
-                                         skip=self.rings.layers)
+                                         skip=self.rings.layers + self.recurrent)
 
     def window(self, last_position):
         """The cache slots attention reads when ``last_position`` is the last written: the
@@ -61,8 +65,10 @@ class WindowedCausalLM(torch.nn.Module):
         window = self.window((cache_position[-1].item() % self.capacity + self.capacity) % self.capacity)
         written = torch.index_select(torch.arange(self.capacity)[:window], 0, inside)
         start = written[:1].reshape(())
-        for layer in self.cached.static_cache.layers:
-            layer.cumulative_length.copy_(start)
+        for i, layer in enumerate(self.cached.static_cache.layers):
+            if i not in self.recurrent:
+                layer.cumulative_length.copy_(start)
+        start_call(self.cached.static_cache, self.recurrent, start)
         if self.rings:
             self.rings.call(self.cached.static_cache, start, tokens.shape[1], self.ring_end)
         takes_keep = "logits_to_keep" in inspect.signature(self.cached.model.forward).parameters
@@ -77,6 +83,7 @@ class WindowedCausalLM(torch.nn.Module):
         finally:  # no traced value may outlive the call: torch.export would make it an output
             _TRACING.window = _TRACING.rings = _TRACING.quantized = None
             self.rings.forget(self.cached.static_cache)
+            end_call(self.cached.static_cache, self.recurrent)
         return outputs.logits[:, -1, :]
 
 

@@ -115,15 +115,15 @@ def test_bad_input_is_one_clear_error(exported, tmp_path, capsys, args, message)
 @pytest.mark.parametrize("config, sizes, message", [
     ("Mamba2Config", dict(num_hidden_layers=2, num_heads=4, head_dim=16, n_groups=1),
      "mamba2: 2 of its 2 layers keep a recurrent state (linear_attention)"),
-    ("Qwen3NextConfig", dict(num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1),
-     "qwen3_next: 3 of its 4 layers keep a recurrent state (linear_attention)"),
-    ("Lfm2Config", dict(num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                        layer_types=["conv", "full_attention"]), "lfm2: 1 of its 2 layers keep a recurrent state (conv)"),
+    ("FalconH1Config", dict(num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, mamba_d_ssm=32,
+                            mamba_n_heads=4, mamba_d_head=8, mamba_n_groups=1),
+     "falcon_h1: 2 of its 2 layers keep a recurrent state (hybrid)"),
 ])
 def test_a_recurrent_family_is_refused_by_name_before_its_weights_load(tmp_path, capsys, config, sizes, message):
-    """Hybrid linear-attention and state-space families (#39): one line naming the family
-    and what export-llm takes, from config.json alone (no weights are written here), and
-    the same from ``causal_lm.refuse_recurrent_layers``, which ``export_methods`` calls first."""
+    """State-space families (Mamba2, and Falcon-H1 whose layers hold attention and a state
+    space side by side): one line naming the family and what export-llm takes, from
+    config.json alone (no weights are written here), and the same from
+    ``causal_lm.refuse_recurrent_layers``, which ``export_methods`` calls first."""
     import transformers
 
     from etmlx.llm import causal_lm
@@ -132,7 +132,8 @@ def test_a_recurrent_family_is_refused_by_name_before_its_weights_load(tmp_path,
     made.save_pretrained(tmp_path / "checkpoint")
     assert main(["export-llm", str(tmp_path / "checkpoint"), "-o", str(tmp_path / "x.pte")]) == 1
     error = capsys.readouterr().err
-    assert message in error and "hybrid linear-attention and state-space models do not export yet" in error
+    assert message in error and "that etmlx does not export yet (state-space layers)" in error
+    assert "short convolutions or gated delta nets (lfm2, lfm2_moe, qwen3_5, qwen3_5_moe, qwen3_next)" in error
     assert "Traceback" not in error and not (tmp_path / "x.pte").exists()
     with pytest.raises(ExportError, match=re.escape(message)):
         causal_lm.refuse_recurrent_layers(made)
@@ -179,3 +180,69 @@ def test_a_hub_id_resolves_to_its_snapshot_in_the_hub_cache(tmp_path, monkeypatc
         checkpoint_folder("etmlx-test/absent")
     with pytest.raises(ExportError, match="a Hub id: org/name"):
         checkpoint_folder("no-such-folder")
+
+
+@pytest.fixture(scope="module")
+def hybrid_exported(tmp_path_factory):
+    """A Qwen3.5 checkpoint folder (gated delta nets and attention), exported with 4-bit
+    weights; the same quantization of the model in eager."""
+    from etmlx.quant.weights import quantized_copy
+
+    checkpoint = tmp_path_factory.mktemp("qwen3_5")
+    model = llm.tiny_hybrid("qwen3_5", seed=1, max_cache=CONTEXT)  # a seed whose text holds no EOS
+    tokenizer = llm.train_tokenizer(model.config.vocab_size)
+    tokenizer.chat_template = llm.CHAT_TEMPLATE
+    model.save_pretrained(checkpoint)
+    tokenizer.save_pretrained(checkpoint)
+    out = tmp_path_factory.mktemp("exported") / "qwen3_5.pte"
+    assert main(["export-llm", str(checkpoint), "-o", str(out), "--max-seq-len", str(CHUNK), "--quantize", "int4",
+                 "--group-size", "32"]) == 0
+    quantized, names = quantized_copy(model, "int4", 32)
+    assert any("linear_attn" in name for name in names)
+    return out, quantized, generation.load_tokenizer(str(out.parent))
+
+
+@pytest.mark.parametrize("runtime", etmlx.RUNTIMES)
+def test_a_hybrid_checkpoint_generates_its_quantized_text(hybrid_exported, runtime):
+    path, model, tokenizer = hybrid_exported
+    text = "".join(generation.generate(generation.Session(etmlx.load(path, runtime=runtime)), tokenizer, PROMPT, 16))
+    assert text == eager_text(model, tokenizer, tokenizer.encode(PROMPT), 16) and text
+
+
+def test_executorch_text_llm_runner_drives_a_hybrid_model(hybrid_exported):
+    """The runner's prefill in chunks and decode steps carry the recurrent states; a second
+    generate (position 0 again) starts from zeroed states."""
+    import etmlx.native  # noqa: F401  (registers the backend with ExecuTorch's runtime)
+    from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
+
+    path, model, tokenizer = hybrid_exported
+    runner = TextLLMRunner(str(path), str(path.parent / "tokenizer.json"))
+    config = GenerationConfig()
+    config.max_new_tokens, config.temperature, config.echo, config.num_bos = 16, 0.0, False, 0
+    expected = eager_text(model, tokenizer, tokenizer.encode(PROMPT), 16)
+    for _ in range(2):
+        pieces = []
+        runner.generate(PROMPT, config, token_callback=pieces.append)
+        runner.reset()
+        assert "".join(pieces) == expected
+
+
+def test_chat_with_a_hybrid_model_replies_as_eager_does_and_saves_its_states(hybrid_exported, tmp_path):
+    """Each turn as eager; a conversation saved after one turn (KV cache and recurrent
+    states) continues in a fresh load with the reply the first load gave."""
+    from etmlx.llm.chat import Chat
+
+    path, model, tokenizer = hybrid_exported
+    chat = Chat(generation.Session(etmlx.load(path)), tokenizer, max_new_tokens=12)
+    replies = ["".join(chat.reply("hello"))]
+    chat.save(tmp_path / "conversation.kv")
+    replies.append("".join(chat.reply("how are you")))
+    for turn, reply in enumerate(replies, 1):
+        templated = tokenizer.apply_chat_template(chat.messages[: 2 * turn - 1], add_generation_prompt=True,
+                                                  tokenize=False)
+        assert reply == eager_text(model, tokenizer, tokenizer.encode(templated, add_special_tokens=False), 12)
+    restored = Chat(generation.Session(etmlx.load(path, runtime="executorch")), tokenizer, max_new_tokens=12)
+    restored.restore(tmp_path / "conversation.kv")
+    held = len(restored.cached)
+    assert "".join(restored.reply("how are you")) == replies[1]
+    assert restored.fed_from == held > 0  # continued from the restored states, nothing prefilled again
