@@ -48,3 +48,8 @@ ERF_DENOMINATOR = (1.0, 0.49750205580674356, 0.11393555123000897, 0.015447125406
 # normal and largest values) and ln 2 in two parts, the first exact times any k.
 EXP_LOW, EXP_HIGH = -87.33654475, 88.72283906
 LN2_HIGH, LN2_LOW = 0.693145751953125, 1.428606765330187e-06
+# The gated delta rule over many tokens on MLX's CPU (GatedDelta): the tokens taken together
+# per step (transformers' and FLA's chunk), and the least log-decay taken (exp of it is 0
+# in float32, as the decay it stands for; a decay of 0, log -inf, would make NaN).
+GATED_DELTA_CHUNK = 64
+GATED_DELTA_LEAST_LOG = -200.0

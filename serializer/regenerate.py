@@ -164,7 +164,9 @@ def generate_cpp_constants(out_dir: pathlib.Path) -> None:
                                     ("kQuantizedCacheBits", c.QUANTIZED_CACHE_BITS))),
              f"inline constexpr double kErfClamp = {c.ERF_CLAMP!r};",
              *(f"inline constexpr double {name} = {value!r};" for name, value in (
-                 ("kExpLow", c.EXP_LOW), ("kExpHigh", c.EXP_HIGH), ("kLn2High", c.LN2_HIGH), ("kLn2Low", c.LN2_LOW))),
+                 ("kExpLow", c.EXP_LOW), ("kExpHigh", c.EXP_HIGH), ("kLn2High", c.LN2_HIGH), ("kLn2Low", c.LN2_LOW),
+                 ("kGatedDeltaLeastLog", c.GATED_DELTA_LEAST_LOG))),
+             f"inline constexpr int kGatedDeltaChunk = {c.GATED_DELTA_CHUNK};",
              *(f"inline constexpr std::array<double, {len(values)}> {name} = {{{', '.join(map(repr, values))}}};"
                for name, values in (("kErfNumerator", c.ERF_NUMERATOR), ("kErfDenominator", c.ERF_DENOMINATOR))),
              "", "// The last error's kind, through the C interface (c_api.cpp).",

@@ -22,6 +22,8 @@ inline constexpr double kExpLow = -87.33654475;
 inline constexpr double kExpHigh = 88.72283906;
 inline constexpr double kLn2High = 0.693145751953125;
 inline constexpr double kLn2Low = 1.428606765330187e-06;
+inline constexpr double kGatedDeltaLeastLog = -200.0;
+inline constexpr int kGatedDeltaChunk = 64;
 inline constexpr std::array<double, 7> kErfNumerator = {1.1283791679566195, 0.1852445021439774, 0.05427724677815554, 0.0038456590528055438, 0.0003776770556171965, 4.630621975650062e-06, -1.2917060060457786e-08};
 inline constexpr std::array<double, 6> kErfDenominator = {1.0, 0.49750205580674356, 0.11393555123000897, 0.015447125406539381, 0.0013042144079156112, 6.260447516659353e-05};
 

@@ -1,5 +1,7 @@
 import mlx.core as mx
 
+from . import cpu_math
+
 
 def _sdpa(op, env):
     mask = env.t(op.mask) if op.hasMask else ("causal" if op.causal else None)
@@ -59,6 +61,8 @@ def _gated_delta_update(q, k, v, gamma, beta, state):
             or steps < 1 or key_heads < 1 or value_heads % key_heads:
         raise ValueError(f"gated delta rule over q {q.shape}, v {v.shape}, gamma {gamma.shape}, beta {beta.shape}, "
                          f"state {state.shape}: shapes that do not agree")
+    if steps > 1 and mx.default_device() == mx.cpu:
+        return cpu_math.gated_delta_chunks(q, k, v, gamma, beta, state)
     return mx.fast.gated_delta_update(q, k, v, gamma, beta, state)
 
 

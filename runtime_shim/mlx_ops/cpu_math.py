@@ -10,7 +10,8 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from etmlx.serializer.constants import (
-    ERF_CLAMP, ERF_DENOMINATOR, ERF_NUMERATOR, EXP_HIGH, EXP_LOW, LN2_HIGH, LN2_LOW,
+    ERF_CLAMP, ERF_DENOMINATOR, ERF_NUMERATOR, EXP_HIGH, EXP_LOW, GATED_DELTA_CHUNK, GATED_DELTA_LEAST_LOG, LN2_HIGH,
+    LN2_LOW,
 )
 from etmlx.serializer.generated.etmlx_ir.UnaryOp import UnaryOp
 
@@ -91,3 +92,46 @@ UNARY_OP = {
     UnaryOp.Sigmoid: _for_float32_and_narrower(sigmoid, mx.sigmoid),
     UnaryOp.Silu: _for_float32_and_narrower(silu, nn.silu),
 }
+
+
+def gated_delta_chunks(q, k, v, gamma, beta, state):
+    """``mx.fast.gated_delta_update`` over many tokens as matrix products, chunk by
+    chunk: MLX's CPU backend runs the rule a token at a time (~8x slower at 128 tokens
+    of 16 heads of 128). Within a chunk the delta rule's updates are resolved at once
+    (the inverse of a unit lower-triangular matrix: the WY form of FLA's and
+    transformers' chunked kernels); the state carries between chunks. Shapes as
+    ``GatedDelta``'s; float32."""
+    repeat = v.shape[2] // q.shape[2]
+    if repeat > 1:
+        q, k = mx.repeat(q, repeat, 2), mx.repeat(k, repeat, 2)
+    q, k, v = (mx.swapaxes(x, 1, 2) for x in (q, k, v))  # (B, H, T, D)
+    log_decay = mx.maximum(mx.log(mx.swapaxes(gamma, 1, 2)), GATED_DELTA_LEAST_LOG)
+    beta = mx.swapaxes(beta, 1, 2)
+    memory = mx.swapaxes(state, -1, -2)  # (B, H, Dk, Dv)
+    outputs = []
+    for start in range(0, q.shape[2], GATED_DELTA_CHUNK):
+        chunk = slice(start, start + GATED_DELTA_CHUNK)
+        qc, kc, vc, decays, rates = (x[:, :, chunk] for x in (q, k, v, log_decay, beta))
+        output, memory = _gated_delta_chunk(qc, kc, vc, decays, rates, memory)
+        outputs.append(output)
+    output = outputs[0] if len(outputs) == 1 else mx.concatenate(outputs, axis=2)
+    return mx.swapaxes(output, 1, 2), mx.swapaxes(memory, -1, -2)
+
+
+def _gated_delta_chunk(q, k, v, log_decay, beta, memory):
+    """One chunk of n tokens from ``memory`` (B, H, Dk, Dv): (its output, the memory after it)."""
+    n = q.shape[2]
+    total = mx.cumsum(log_decay, axis=-1)  # (B, H, n): the decay since the chunk began
+    causal = mx.tril(mx.ones((n, n), dtype=mx.bool_))
+    between = mx.where(causal, mx.exp(mx.where(causal, total[..., :, None] - total[..., None, :], 0.0)), 0.0)
+    weighted = k * beta[..., None]
+    earlier = mx.tril(mx.ones((n, n), dtype=mx.bool_), -1)
+    interaction = mx.where(earlier, (weighted @ mx.swapaxes(k, -1, -2)) * between, 0.0)
+    resolve = mx.linalg.tri_inv(interaction + mx.eye(n, dtype=mx.float32), upper=False, stream=mx.cpu)
+    decayed = mx.exp(total)[..., None]
+    updates = resolve @ (v * beta[..., None]) - (resolve @ (weighted * decayed)) @ memory
+    scores = mx.where(causal, (q @ mx.swapaxes(k, -1, -2)) * between, 0.0)
+    output = (q * decayed) @ memory + scores @ updates
+    last = total[..., -1:]
+    memory = memory * mx.exp(last)[..., None] + mx.swapaxes(k * mx.exp(last - total)[..., None], -1, -2) @ updates
+    return output, memory

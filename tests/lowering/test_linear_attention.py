@@ -25,14 +25,37 @@ def _rule(q, k, v, gamma, beta, state):
     return output * 2, final
 
 
+def _fully_decaying(operands):
+    """A step whose decay is 0 (its log -inf), which the CPU's chunked form must take."""
+    gamma = operands[3].clone()
+    gamma[:, 10] = 0.0
+    return operands[:3] + (gamma,) + operands[4:]
+
+
+STEPS = Dim("steps", min=1, max=160)
+
+
+def _dynamic(operands):
+    return tuple({1: STEPS} if i != 5 else None for i in range(len(operands)))
+
+
 @pytest.mark.parametrize("key_heads", [2, 4])
 def test_output_and_state_over_a_dynamic_number_of_steps(key_heads):
-    steps = Dim("steps", min=1, max=32)
     operands = _operands(5, key_heads)
-    shapes = tuple({1: steps} if x.dim() != 4 or i < 3 else None for i, x in enumerate(operands))
-    lowered = delegated(_rule, operands, dynamic_shapes=shapes,
-                        run_with=[_operands(1, key_heads), _operands(17, key_heads)])
+    lowered = delegated(_rule, operands, dynamic_shapes=_dynamic(operands), run_with=[_operands(1, key_heads)])
     assert lowered.nodes.count("GatedDelta") == 2
+
+
+def test_many_steps_on_the_cpu_run_in_chunks_of_64():
+    """MLX's CPU runs the rule a token at a time; the runtimes resolve chunks of 64 tokens
+    as matrix products instead (two chunks here), a step that decays to 0 included: equal
+    to the step-by-step rule to float32's rounding over a chunk."""
+    lowered = lower(Fn(_rule), _operands(5), {"args": _dynamic(_operands(5))})
+    for operands in (_operands(100), _fully_decaying(_operands(100))):
+        with torch.no_grad():
+            expected = _rule(*operands)
+        for actual, wanted in zip(lowered.program.forward(*operands), expected):
+            torch.testing.assert_close(actual, wanted, rtol=1e-4, atol=1e-4)
 
 
 def test_only_the_output_is_computed_when_only_it_is_used():

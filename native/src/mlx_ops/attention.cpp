@@ -8,6 +8,7 @@
 #include <mlx/fast.h>
 #include <mlx/ops.h>
 
+#include "cpu_math.h"
 #include "registry.h"
 
 namespace etmlx::native {
@@ -94,6 +95,9 @@ std::vector<mx::array> gated_delta_update(const mx::array& q, const mx::array& k
   if (k.shape() != q.shape() || v.shape(0) != batch || v.shape(1) != steps || gamma.shape() != gates ||
       beta.shape() != gates || state.shape() != states || steps < 1 || key_heads < 1 || value_heads % key_heads != 0) {
     throw std::invalid_argument("gated delta rule over operands whose shapes do not agree");
+  }
+  if (steps > 1 && mx::default_device() == mx::Device::cpu) {
+    return cpu_math::gated_delta_chunks(q, k, v, gamma, beta, state);
   }
   return mx::fast::gated_delta_update(q, k, v, gamma, beta, state);
 }

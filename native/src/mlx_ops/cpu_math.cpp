@@ -1,11 +1,15 @@
 #include "cpu_math.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
 #include <numbers>
 #include <span>
+#include <utility>
+#include <vector>
 
+#include <mlx/linalg.h>
 #include <mlx/ops.h>
 
 #include "constants.h"
@@ -105,6 +109,76 @@ std::optional<mx::array> unary(etmlx_ir::UnaryOp op, const mx::array& x) {
     default:
       return std::nullopt;
   }
+}
+
+namespace {
+
+mx::array lower_triangle(int n, int diagonal) { return mx::tril(mx::ones({n, n}, mx::bool_), diagonal); }
+
+mx::array transposed(const mx::array& x) { return mx::swapaxes(x, -1, -2); }
+
+// One chunk of n tokens from `memory` (B, H, Dk, Dv): {its output, the memory after it}.
+// The delta rule's updates within the chunk are resolved at once: the inverse of a unit
+// lower-triangular matrix (the WY form of FLA's and transformers' chunked kernels).
+std::pair<mx::array, mx::array> gated_delta_chunk(const mx::array& q, const mx::array& k, const mx::array& v,
+                                                  const mx::array& log_decay, const mx::array& beta,
+                                                  const mx::array& memory) {
+  const int n = q.shape(2);
+  const auto total = mx::cumsum(log_decay, -1);  // the decay since the chunk began
+  const auto causal = lower_triangle(n, 0);
+  const auto zero = scalar(0.0);
+  const auto gaps = mx::subtract(mx::expand_dims(total, -1), mx::expand_dims(total, -2));
+  const auto between = mx::where(causal, mx::exp(mx::where(causal, gaps, zero)), zero);
+  const auto weighted = mx::multiply(k, mx::expand_dims(beta, -1));
+  const auto interaction =
+      mx::where(lower_triangle(n, -1), mx::multiply(mx::matmul(weighted, transposed(k)), between), zero);
+  const auto resolve = mx::linalg::tri_inv(mx::add(interaction, mx::eye(n, mx::float32)), /*upper=*/false, mx::Device::cpu);
+  const auto decayed = mx::expand_dims(mx::exp(total), -1);
+  const auto updates = mx::subtract(mx::matmul(resolve, mx::multiply(v, mx::expand_dims(beta, -1))),
+                                    mx::matmul(mx::matmul(resolve, mx::multiply(weighted, decayed)), memory));
+  const auto scores = mx::where(causal, mx::multiply(mx::matmul(q, transposed(k)), between), zero);
+  auto output = mx::add(mx::matmul(mx::multiply(q, decayed), memory), mx::matmul(scores, updates));
+  const auto last = mx::slice(total, {0, 0, n - 1}, total.shape());
+  auto next = mx::add(
+      mx::multiply(memory, mx::expand_dims(mx::exp(last), -1)),
+      mx::matmul(transposed(mx::multiply(k, mx::expand_dims(mx::exp(mx::subtract(last, total)), -1))), updates));
+  return {std::move(output), std::move(next)};
+}
+
+}  // namespace
+
+std::vector<mx::array> gated_delta_chunks(mx::array q, mx::array k, const mx::array& v, const mx::array& gamma,
+                                          const mx::array& beta, const mx::array& state) {
+  const int repeat = v.shape(2) / q.shape(2);
+  if (repeat > 1) {
+    q = mx::repeat(q, repeat, 2);
+    k = mx::repeat(k, repeat, 2);
+  }
+  q = mx::swapaxes(q, 1, 2);  // (B, H, T, D)
+  k = mx::swapaxes(k, 1, 2);
+  const auto values = mx::swapaxes(v, 1, 2);
+  const auto log_decay =
+      mx::maximum(mx::log(mx::swapaxes(gamma, 1, 2)), scalar(kGatedDeltaLeastLog));
+  const auto rates = mx::swapaxes(beta, 1, 2);
+  auto memory = transposed(state);  // (B, H, Dk, Dv)
+  std::vector<mx::array> outputs;
+  const int steps = q.shape(2);
+  for (int start = 0; start < steps; start += kGatedDeltaChunk) {
+    const int stop = std::min(start + kGatedDeltaChunk, steps);
+    const auto rows = [&](const mx::array& x) {
+      auto from = mx::Shape(x.ndim(), 0);
+      auto to = x.shape();
+      from[2] = start;
+      to[2] = stop;
+      return mx::slice(x, from, to);
+    };
+    auto [output, next] =
+        gated_delta_chunk(rows(q), rows(k), rows(values), rows(log_decay), rows(rates), memory);
+    outputs.push_back(std::move(output));
+    memory = std::move(next);
+  }
+  const auto output = outputs.size() == 1 ? outputs[0] : mx::concatenate(outputs, 2);
+  return {mx::swapaxes(output, 1, 2), transposed(memory)};
 }
 
 }  // namespace etmlx::native::cpu_math
