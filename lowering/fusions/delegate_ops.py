@@ -14,9 +14,10 @@ scale``; ``gather_mm`` multiplies by the right operands ``rhs_indices`` picks;
 ``moe_gather_inputs`` repeats each token's row for its ``top_k`` experts, ordered by
 expert, and ``moe_scatter_outputs`` puts the experts' outputs back in token order;
 ``sample`` draws a token by Gumbel-max, its noise from ``etmlx::random_uniform`` keyed by
-the call's seed. A program whose decompositions already ran holds ``kv_cache_update`` as
-an ``auto_functionalized_v2`` call, rewritten into a functional ``index_copy`` whose result
-the program's outputs write back to the buffer. A call etmlx cannot compute as that
+the call's seed; ``gated_delta_rule`` (its custom-kernel module) runs Qwen3.5's recurrence
+from ``state`` and writes the final state back into it: ``etmlx::gated_delta`` and a copy. A program whose decompositions already ran holds ``kv_cache_update`` and
+``gated_delta_rule`` as ``auto_functionalized_v2`` calls, rewritten into the functional
+computation of the new value, which the program's outputs write back to the buffer. A call etmlx cannot compute as that
 meaning says is refused with the reason, and an ``mlx::`` op it does not know (a custom
 Metal kernel, say) by name, as is ExecuTorch's off-graph ``kvcache::update_and_attend``:
 no ExecuTorch kernel could run either.
@@ -67,6 +68,20 @@ def _functionalized_kv_cache_update(args):
     value, which the program's outputs write back to the buffer."""
     updated = aten.index_copy.default(args.cache, 2, _cache_slots(args), args.new_values)
     return aten.new_zeros.default(args.new_values, [1]), updated
+
+
+def _gated_delta_rule(args):
+    """``etmlx::gated_delta`` (the same rule, state layout and linear-space decay), its
+    final state written back over ``state`` as the upstream op mutates it."""
+    output, state = _functionalized_gated_delta_rule(args)
+    aten.copy_.default(args.state, state)
+    return output
+
+
+def _functionalized_gated_delta_rule(args):
+    """The rule's output and the state's new value, which the program's outputs write back."""
+    result = torch.ops.etmlx.gated_delta.default(args.q, args.k, args.v, args.g, args.beta, args.state)
+    return result[0], result[1]
 
 
 def _causal_mask(query, stop):
@@ -228,6 +243,7 @@ def _sample(args, node):
 # op name -> (check(node, args) -> reason or None, expand(args, node) -> result proxy, or a tuple of them)
 _EXPANSIONS: dict = {
     "kv_cache_update": (lambda node, args: None, lambda args, node: _kv_cache_update(args)),
+    "gated_delta_rule": (lambda node, args: None, lambda args, node: _gated_delta_rule(args)),
     "custom_sdpa": (_check_custom_sdpa, _custom_sdpa),
     "rope": (_check_rope, _rope),
     "gather_mm": (_check_gather_mm, _gather_mm),
@@ -242,7 +258,8 @@ _LOWERED_AS_IS = {"gather_qmm": check_gather_qmm}
 
 # The mutating ops, as ``auto_functionalized_v2`` calls them in a program whose
 # decompositions ran before etmlx saw it (``run_decompositions``): op name -> expansion.
-_FUNCTIONALIZED = {"kv_cache_update": _functionalized_kv_cache_update}
+_FUNCTIONALIZED = {"kv_cache_update": _functionalized_kv_cache_update,
+                   "gated_delta_rule": _functionalized_gated_delta_rule}
 
 
 def _op_name(op) -> str:

@@ -120,6 +120,36 @@ def test_a_cache_written_in_place_carries_across_calls(model, functionalized):
         assert_close(program.forward(*step), eager(*step))
 
 
+class DeltaRule(torch.nn.Module):
+    """Qwen3.5's linear attention as the upstream delegate's examples write it: the rule
+    over a state buffer the op updates in place (2 key heads, 4 value heads)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("state", torch.zeros(1, 4, 8, 16))
+
+    def forward(self, q, k, v, g, beta):
+        return mlx.gated_delta_rule(q, k, v, g, beta, self.state) * 2
+
+
+@pytest.mark.parametrize("functionalized", [False, True], ids=["in-place", "functionalized"])
+def test_the_gated_delta_rule_carries_its_state_across_calls(functionalized):
+    module = DeltaRule()
+    eager = copy.deepcopy(module)
+    torch.manual_seed(0)
+    calls = [(torch.nn.functional.normalize(torch.randn(1, n, 2, 16), dim=-1),
+              torch.nn.functional.normalize(torch.randn(1, n, 2, 16), dim=-1), torch.randn(1, n, 4, 8),
+              torch.rand(1, n, 4), torch.rand(1, n, 4)) for n in (5, 1, 3)]
+    seq = Dim("seq", min=1, max=16)
+    shapes = ({1: seq},) * 5
+    lowered = _lowered_functionalized(module, calls[0], shapes) if functionalized else lower(module, calls[0], shapes)
+    assert lowered.kernels == [] and lowered.nodes.count("GatedDelta") == 2
+    assert {b["name"] for d in lowered.delegates for b in d["buffers"]} == {"state"}
+    program = lowered.program
+    for call in calls:
+        assert_close(program.forward(*call), eager(*call))
+
+
 class Experts(torch.nn.Module):
     """Each token's vector times the matrix of the expert a router chose for it."""
 

@@ -165,6 +165,27 @@ def _define():
     def _(x):
         return x.new_empty((*x.shape[:-1], 1))
 
+    @torch.library.custom_op("mlx::gated_delta_rule", mutates_args=("state",))
+    def gated_delta_rule(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Tensor,
+                         use_custom_kernel: bool = True) -> Tensor:
+        """backends/mlx/custom_kernel_ops/gated_delta_rule.py: per step, the state
+        [B, Hv, Dv, Dk] decays by g, moves towards v along k by beta, and is read by q;
+        value head h reads key head h // (Hv / Hk); the final state is written to ``state``."""
+        repeat = v.shape[2] // q.shape[2]
+        q, k = q.repeat_interleave(repeat, 2), k.repeat_interleave(repeat, 2)
+        s, outputs = state.clone(), []
+        for t in range(q.shape[1]):
+            s = s * g[:, t, :, None, None]
+            delta = (v[:, t] - (s * k[:, t, :, None, :]).sum(-1)) * beta[:, t, :, None]
+            s = s + k[:, t, :, None, :] * delta[..., None]
+            outputs.append((s * q[:, t, :, None, :]).sum(-1))
+        state.copy_(s)
+        return torch.stack(outputs, 1)
+
+    @gated_delta_rule.register_fake
+    def _(q, k, v, g, beta, state, use_custom_kernel=True):
+        return v.new_empty(v.shape)
+
     @torch.library.custom_op("kvcache::update_and_attend", mutates_args=())
     def update_and_attend(q: Tensor, k: Tensor, v: Tensor, position: Tensor, layer_id: int, scale: float,
                           out_dtype: torch.dtype) -> Tensor:
