@@ -26,7 +26,8 @@ demo: native
 test: native
 	$(PY) -m pytest -q -n auto --dist loadfile --ignore=tests/sweep
 
-# transformers' image families (tests/sweep): export, both runtimes, eager parity.
+# The sweeps (tests/sweep): transformers' image families and the hybrid language-model
+# families, each exported and run on both runtimes against eager.
 test-vision: native
 	$(PY) -m pytest -q -n auto tests/sweep
 

@@ -4,7 +4,7 @@ of the ``.pte`` on etmlx's Python runtime and on ExecuTorch's C++ runtime with t
 backend, and of mlx-lm's model loaded from the same checkpoint folder (``mlx_lm.utils.load_model``),
 float32 weights, on this machine's MLX device. The tokens of every runner are compared.
 
-    python bench/bench_hybrid.py [--family qwen3_5|lfm2] [--hidden 1024 --layers 8]
+    python bench/bench_hybrid.py [--family qwen3_5|lfm2|mamba2] [--hidden 1024 --layers 8]
                                  [--max-cache 2048 --prompt 128 --new-tokens 64]
 """
 
@@ -27,8 +27,9 @@ from bench_llm import etmlx_runner, mlx_lm_runner, time_generation  # noqa: E402
 
 def hybrid_config(family: str, hidden: int, layers: int, max_cache: int):
     """A config of ``family`` shaped like its small releases (Qwen3.5-0.8B's heads and
-    one attention layer in four; LFM2's convolutions with attention every third layer),
-    at ``hidden`` and ``layers``, with a vocabulary of 32768."""
+    one attention layer in four; LFM2's convolutions with attention every third layer;
+    Mamba2's heads of 64 and states of 128), at ``hidden`` and ``layers``, with a
+    vocabulary of 32768."""
     import transformers
 
     common = dict(vocab_size=32768, hidden_size=hidden, num_hidden_layers=layers, max_position_embeddings=max_cache,
@@ -39,6 +40,9 @@ def hybrid_config(family: str, hidden: int, layers: int, max_cache: int):
             **common, intermediate_size=3 * hidden, num_attention_heads=8, num_key_value_heads=2, head_dim=128,
             linear_num_key_heads=16, linear_num_value_heads=16, linear_key_head_dim=128, linear_value_head_dim=128,
             layer_types=kinds)
+    if family == "mamba2":  # mamba2-370m's heads and state at this width
+        return transformers.Mamba2Config(**common, num_heads=hidden * 2 // 64, head_dim=64, n_groups=1,
+                                         state_size=128, expand=2)
     kinds = ["full_attention" if i % 3 == 2 else "conv" for i in range(layers)]
     return transformers.Lfm2Config(**common, intermediate_size=4 * hidden, num_attention_heads=16, num_key_value_heads=8,
                                    layer_types=kinds)
@@ -50,7 +54,7 @@ def write_checkpoint(family: str, hidden: int, layers: int, max_cache: int, dire
 
     config = hybrid_config(family, hidden, layers, max_cache)
     torch.manual_seed(0)
-    model = getattr(transformers, "Qwen3_5ForCausalLM" if family == "qwen3_5" else "Lfm2ForCausalLM")(config)
+    model = transformers.AutoModelForCausalLM.from_config(config)
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.mul_(2.0)
@@ -59,11 +63,13 @@ def write_checkpoint(family: str, hidden: int, layers: int, max_cache: int, dire
 
 
 def mlx_lm_model(checkpoint: str, family: str, hidden: int):
-    """mlx-lm's model of ``family`` from the checkpoint folder; LFM2's config as mlx-lm
-    reads it names the hidden size ``block_dim`` (transformers 5 dropped that key)."""
+    """mlx-lm's model of ``family`` from the checkpoint folder, given the keys its config
+    reads that transformers 5 no longer writes (LFM2's ``block_dim``, the hidden size;
+    Mamba2's ``intermediate_size``)."""
     from mlx_lm.utils import load_model
 
-    config = {"model_type": family, **({"block_dim": hidden} if family == "lfm2" else {})}
+    renamed = {"lfm2": {"block_dim": hidden}, "mamba2": {"intermediate_size": 2 * hidden}}
+    config = {"model_type": family, **renamed.get(family, {})}
     model, _ = load_model(Path(checkpoint), model_config=config)
     mx.eval(model.parameters())
     return model
@@ -71,7 +77,7 @@ def mlx_lm_model(checkpoint: str, family: str, hidden: int):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--family", choices=("qwen3_5", "lfm2"), default="qwen3_5")
+    parser.add_argument("--family", choices=("qwen3_5", "lfm2", "mamba2"), default="qwen3_5")
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--max-cache", type=int, default=2048)

@@ -52,8 +52,8 @@ def tiny_mixtral(seed: int = 0, max_cache: int = MAX_CACHE, hidden: int = 64, la
     return with_static_cache(MixtralForCausalLM(config), max_cache)
 
 
-# Hybrid families (etmlx.llm.recurrent_state): their config class, causal-LM class, and what
-# sets their recurrent layers apart from the attention ones.
+# Families whose layers keep a recurrent state (etmlx.llm.recurrent_state): their config
+# class, causal-LM class, and what places and sizes their recurrent layers.
 HYBRIDS = {
     "lfm2": ("Lfm2Config", "Lfm2ForCausalLM", dict(layer_types=["conv", "full_attention", "conv"])),
     "lfm2_moe": ("Lfm2MoeConfig", "Lfm2MoeForCausalLM", dict(
@@ -70,12 +70,25 @@ HYBRIDS = {
         layer_types=["linear_attention", "linear_attention", "full_attention"], head_dim=16, linear_num_key_heads=2,
         linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16, num_experts=4,
         num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32)),
+    "mamba2": ("Mamba2Config", "Mamba2ForCausalLM", dict(
+        num_heads=8, head_dim=16, n_groups=2, state_size=16, expand=2)),
+    "falcon_h1": ("FalconH1Config", "FalconH1ForCausalLM", dict(
+        head_dim=16, mamba_d_ssm=128, mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=16)),
+    "granitemoehybrid": ("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM", dict(
+        layer_types=["mamba", "attention", "mamba"], num_local_experts=4, num_experts_per_tok=2,
+        shared_intermediate_size=64, mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=16)),
+    "bamba": ("BambaConfig", "BambaForCausalLM", dict(
+        attn_layer_indices=[1], mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=16)),
+    "nemotron_h": ("NemotronHConfig", "NemotronHForCausalLM", dict(
+        layers_block_type=["linear_attention", "full_attention", "mlp"], head_dim=16, ssm_state_size=16,
+        mamba_num_heads=8, mamba_head_dim=16, n_groups=2)),
 }
 
 
 def tiny_hybrid(family: str, seed: int = 0, max_cache: int = MAX_CACHE):
-    """A 3-layer causal LM of a hybrid family (``HYBRIDS``: recurrent layers around one of
-    attention), hidden size 64, its weights scaled up so that greedy text varies."""
+    """A 3-layer causal LM of a family whose layers keep a recurrent state (``HYBRIDS``;
+    all but Mamba2 with attention too), hidden size 64, its weights scaled up so that
+    greedy text varies."""
     import transformers
 
     config_class, model_class, layers = HYBRIDS[family]

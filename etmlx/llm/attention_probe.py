@@ -21,12 +21,13 @@ import weakref
 
 import torch
 from transformers import AttentionInterface, StaticCache
-from transformers.cache_utils import LinearAttentionCacheLayerMixin
+from transformers.cache_utils import CacheLayerMixin, LinearAttentionCacheLayerMixin
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from etmlx.errors import ExportError, first_line
 
-from .recurrent_state import recurrent_kernels
+from .recurrent_kernels import recurrent_kernels
+from .recurrent_state import cache_keyword
 
 _PROBE = "etmlx_probe"
 _PROBED = weakref.WeakKeyDictionary()  # model -> its Probe (shapes and routing do not change)
@@ -69,8 +70,8 @@ def _step(model) -> Probe:
         except Exception as error:
             raise ExportError(f"{type(model).__name__} does not run one eager step over transformers' static cache: "
                               f"{type(error).__name__}: {first_line(error)}") from error
-    shapes = tuple((layer.num_heads, layer.k_head_dim, layer.v_head_dim) if getattr(layer, "is_initialized", False)
-                   else None for layer in cache.layers)
+    shapes = tuple((layer.num_heads, layer.k_head_dim, layer.v_head_dim)
+                   if isinstance(layer, CacheLayerMixin) and layer.is_initialized else None for layer in cache.layers)
     return Probe(shapes, bool(calls), tuple(_states_written(layer) for layer in cache.layers))
 
 
@@ -85,7 +86,7 @@ def _run(model):
     """The step, over a static cache it allocates as it writes; the cache."""
     cache = StaticCache(config=model.config.get_text_config(), max_cache_len=1)
     with attention_implementation(model, _PROBE), recurrent_kernels(model), torch.no_grad():
-        model(input_ids=torch.zeros(1, 1, dtype=torch.long), past_key_values=cache, use_cache=True,
+        model(input_ids=torch.zeros(1, 1, dtype=torch.long), **{cache_keyword(model): cache}, use_cache=True,
               cache_position=torch.arange(1))
     return cache
 

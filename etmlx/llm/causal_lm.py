@@ -69,9 +69,10 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
         settings = (torch.tensor([1.0]), torch.tensor([0]), torch.tensor([1.0]), torch.tensor([0.0]), torch.tensor([0.5]))
         traced["sample"] = (SampledCausalLM(model, max_context_len, window_step, max_seq_len, **cache), inputs + settings,
                             ({1: seq}, {0: seq}) + (None,) * len(settings))
-    if probe(model).through_interface:
+    attention = any(shape is not None for shape in probe(model).layer_shapes)
+    if probe(model).through_interface or not attention:  # (Mamba2 has no attention to route)
         programs = _trace(model, traced, windowed_attention(model))
-        if not attends_through_window(programs["forward"]):  # a model that took the interface but not the window
+        if attention and not attends_through_window(programs["forward"]):  # took the interface, not the window
             raise ExportError(f"{type(model).__name__}'s attention did not read its cache through etmlx's window")
     else:
         if kv_bits is not None:
@@ -90,7 +91,7 @@ def _trace(model, traced: dict, attention) -> dict:
     ``traced``, under ``attention`` (a context that routes the model's attention)."""
     import torch
 
-    from .recurrent_state import recurrent_kernels
+    from .recurrent_kernels import recurrent_kernels
     from .windowed_cache import batched_experts
 
     programs = {}
@@ -134,7 +135,7 @@ def _weights_not_cloned():
 def refuse_recurrent_layers(config) -> None:
     """One ExportError naming the family when transformers' static cache for ``config``
     has layers that keep a recurrent state instead of keys and values, of a kind etmlx
-    does not export (a state space: Mamba, Jamba, Falcon-H1, ...; ``etmlx.llm.recurrent_state``
+    does not export (Mamba's and Jamba's selective scan, Zamba2; ``etmlx.llm.recurrent_state``
     names the families it does). Read from the config alone, before any weight is loaded."""
     from transformers import StaticCache
     from transformers.cache_utils import LinearAttentionCacheLayerMixin
@@ -155,8 +156,9 @@ def refuse_recurrent_layers(config) -> None:
     kinds = sorted({layer_types[i] if i < len(layer_types) else type(layers[i]).__name__ for i in recurrent})
     raise ExportError(
         f"{config.model_type}: {len(recurrent)} of its {len(layers)} layers keep a recurrent state "
-        f"({', '.join(kinds)}) that etmlx does not export yet (state-space layers); export-llm takes causal LMs "
-        "of attention layers (full or sliding-window), and the hybrids of short convolutions or gated delta nets "
+        f"({', '.join(kinds)}) of a kind etmlx does not export yet (Mamba's selective scan, Zamba2's shared "
+        "attention); export-llm takes causal LMs of attention layers (full or sliding-window), and the hybrids of "
+        "short convolutions, gated delta nets or Mamba2 state spaces "
         f"({', '.join(sorted({name.removesuffix('_text') for name in recurrent_families}))})")
 
 

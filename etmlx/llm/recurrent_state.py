@@ -1,6 +1,6 @@
 """Layers that keep a recurrent state instead of keys and values -- LFM2's short
-convolutions, the gated delta nets of Qwen3.5 and Qwen3-Next -- exported with that state
-as buffers of the MLX delegate, beside the KV caches.
+convolutions, the gated delta nets of Qwen3.5 and Qwen3-Next, Mamba2's state spaces --
+exported with that state as buffers of the MLX delegate, beside the KV caches.
 
 transformers' static cache makes such a layer a ``LinearAttentionLayer`` that allocates
 its states on first use and branches on Python flags (first call or not, one token or
@@ -11,20 +11,15 @@ before its own tokens and starts the recurrence from the stored state, so one gr
 serves prefill, a later chunk of a long prompt, and decode. A call at position 0 starts a
 new sequence: the states are zeroed first (in the graph), as transformers starts one.
 
-The gated delta rule's own recurrence (``torch_chunk_gated_delta_rule`` in the modeling
-module, a loop over chunks that torch.export cannot keep for a length it does not know)
-is replaced while tracing by ``etmlx::gated_delta``, which lowering turns into
-``mx.fast.gated_delta_update``. Its state is kept in MLX's layout (B, Hv, Dv, Dk).
+The recurrences themselves are traced as ``etmlx.llm.recurrent_kernels`` computes them.
 """
 
 import contextlib
-import sys
 
 import torch
 from transformers import cache_utils
 
 from etmlx.errors import ExportError
-from etmlx.lowering import custom_ops  # noqa: F401  (registers torch.ops.etmlx.gated_delta)
 
 # The text model types whose recurrent layers etmlx exports, and what those layers compute.
 FAMILIES = {
@@ -33,9 +28,27 @@ FAMILIES = {
     "qwen3_5_text": "gated delta nets",
     "qwen3_5_moe_text": "gated delta nets",
     "qwen3_next": "gated delta nets",
+    "mamba2": "Mamba2 state spaces",
+    "falcon_h1": "Mamba2 state spaces",
+    "granitemoehybrid": "Mamba2 state spaces",
+    "bamba": "Mamba2 state spaces",
+    "nemotron_h": "Mamba2 state spaces",
 }
-# transformers' static-cache layer types that keep a recurrent state.
+# Families whose model numbers a call's tokens from 0 unless given their positions
+# (transformers 5.23's Bamba: its generate passes them; a cache's call does not).
+NUMBERS_CALLS_FROM_ZERO = ("bamba",)
+# transformers' static-cache layer types that keep a recurrent state; and the one that
+# keeps keys and values beside it (Falcon-H1's attention and state space in one layer).
 RECURRENT_TYPES = ("conv", "linear_attention")
+HYBRID_TYPE = "hybrid"
+
+
+def cache_keyword(model) -> str:
+    """The keyword ``model``'s forward takes its cache by: ``cache_params`` for the pure
+    state-space models (Mamba2), ``past_key_values`` for the others."""
+    import inspect
+
+    return "cache_params" if "cache_params" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def exported_family(config) -> bool:
@@ -82,15 +95,32 @@ class RecurrentLayer(cache_utils.LinearAttentionAndStaticFullAttentionLayer):
 @contextlib.contextmanager
 def recurrent_static_layers():
     """transformers' static caches made while in the block have ``RecurrentLayer``s where
-    they would have ``LinearAttentionLayer``s."""
+    they would have ``LinearAttentionLayer``s (and "hybrid" layers, attention and a state
+    side by side, keep their KV cache too); a model without attention (Mamba2, whose
+    config names no attention heads) gets placeholder head shapes for caches of no slots."""
+    from transformers.integrations import executorch
+
     mapping = cache_utils.STATIC_LAYER_TYPE_MAPPING
-    before = {kind: mapping[kind] for kind in RECURRENT_TYPES}
+    before = {kind: mapping[kind] for kind in (*RECURRENT_TYPES, HYBRID_TYPE)}
+    head_shapes = executorch.get_head_shapes
     for kind in RECURRENT_TYPES:
         mapping[kind] = _purely_recurrent
+    mapping[HYBRID_TYPE] = RecurrentLayer
+    executorch.get_head_shapes = _head_shapes_or_none_read(head_shapes)
     try:
         yield
     finally:
         mapping.update(before)
+        executorch.get_head_shapes = head_shapes
+
+
+def _head_shapes_or_none_read(head_shapes):
+    def shapes(config):
+        if not hasattr(config, "num_attention_heads"):
+            return 1, 1  # no layer of this model holds keys
+        return head_shapes(config)
+
+    return shapes
 
 
 def _purely_recurrent(max_cache_len: int, **kwargs) -> RecurrentLayer:
@@ -142,44 +172,3 @@ def end_call(cache, layers) -> None:
     for i in layers:
         if cache.layers[i].max_cache_len == 0:
             cache.layers[i].cumulative_length = torch.tensor(0)
-
-
-def gated_delta_rule(query, key, value, g, beta, chunk_size: int = 64, initial_state=None,
-                     output_final_state: bool = False, use_qk_l2norm_in_kernel: bool = False, **kwargs):
-    """transformers' ``torch_chunk_gated_delta_rule`` (and its one-token twin) as one
-    ``etmlx::gated_delta`` call: the same normalizations in float32, the decay made
-    linear, the state in MLX's layout (B, Hv, Dv, Dk)."""
-    dtype = query.dtype
-    query, key, value, g, beta = (x.float() for x in (query, key, value, g, beta))
-    if use_qk_l2norm_in_kernel:
-        query, key = _l2norm(query), _l2norm(key)
-    query = query / query.shape[-1] ** 0.5
-    if initial_state is None:
-        batch, _, heads, value_size = value.shape
-        initial_state = value.new_zeros(batch, heads, value_size, key.shape[-1])
-    output, state = torch.ops.etmlx.gated_delta(query, key, value, g.exp(), beta, initial_state.float())
-    return output.to(dtype), state if output_final_state else None
-
-
-def _l2norm(x, eps: float = 1e-6):
-    """transformers' (and FLA's) l2norm of the gated delta rule."""
-    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
-
-
-# The modeling modules' recurrence functions ``recurrent_kernels`` replaces.
-_REPLACED = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule")
-
-
-@contextlib.contextmanager
-def recurrent_kernels(model):
-    """While in the block, ``model``'s gated delta nets compute their recurrence with
-    ``gated_delta_rule``. No-op for a model without them."""
-    module = sys.modules[type(model).__module__]
-    replaced = {name: getattr(module, name) for name in _REPLACED if hasattr(module, name)}
-    for name in replaced:
-        setattr(module, name, gated_delta_rule)
-    try:
-        yield
-    finally:
-        for name, function in replaced.items():
-            setattr(module, name, function)

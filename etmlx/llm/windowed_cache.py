@@ -15,7 +15,9 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from .attention_probe import attention_implementation, fit_to_attention, probe
 from etmlx.errors import ExportError
 from .quantized_cache import quantize_layers
-from .recurrent_state import attach_states, end_call, recurrent_static_layers, start_call
+from .recurrent_state import (
+    NUMBERS_CALLS_FROM_ZERO, attach_states, cache_keyword, end_call, recurrent_static_layers, start_call,
+)
 from .sliding_cache import Rings
 
 ATTENTION = "etmlx_windowed_sdpa"
@@ -36,7 +38,10 @@ class WindowedCausalLM(torch.nn.Module):
         fit_to_attention(self.cached, model)  # Falcon's one key/value head, DeepSeek-V3's narrower values
         # Convolution windows and linear-attention states (etmlx.llm.recurrent_state)
         self.recurrent = attach_states(self.cached, probe(model).state_shapes)
-        self.capacity = self.cached.static_cache.get_max_length()
+        self.cache_keyword = cache_keyword(model)
+        self.numbers_calls_from_zero = model.config.get_text_config().model_type in NUMBERS_CALLS_FROM_ZERO
+        self.capacity = max(layer.max_cache_len for layer in self.cached.static_cache.layers) or \
+            max_cache_len or model.generation_config.cache_config["max_cache_len"]  # a model with no attention
         self.window_step = window_step
         # Sliding-window layers over rings of W + max_seq_len slots (etmlx.llm.sliding_cache)
         self.rings = Rings(self.cached.static_cache, model.config.get_text_config(), self.capacity, max_seq_len)
@@ -71,14 +76,16 @@ class WindowedCausalLM(torch.nn.Module):
         start_call(self.cached.static_cache, self.recurrent, start)
         if self.rings:
             self.rings.call(self.cached.static_cache, start, tokens.shape[1], self.ring_end)
-        takes_keep = "logits_to_keep" in inspect.signature(self.cached.model.forward).parameters
-        last_only = {"logits_to_keep": 1} if takes_keep else {}
+        parameters = inspect.signature(self.cached.model.forward).parameters
+        last_only = {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}
+        # the call's positions, to a model that would number every call's tokens from 0
+        positions = {"position_ids": written[None]} if self.numbers_calls_from_zero else {}
         # for windowed_sdpa: not every family passes its call's kwargs on to attention
         _TRACING.window, _TRACING.rings, _TRACING.quantized = window, self.rings, self.quantized
         try:
             outputs = self.cached.model(
-                input_ids=tokens, attention_mask=None, past_key_values=self.cached.static_cache, use_cache=True,
-                **last_only,
+                input_ids=tokens, attention_mask=None, **{self.cache_keyword: self.cached.static_cache}, use_cache=True,
+                **positions, **last_only,
             )
         finally:  # no traced value may outlive the call: torch.export would make it an output
             _TRACING.window = _TRACING.rings = _TRACING.quantized = None

@@ -20,7 +20,8 @@ aten = torch.ops.aten
 etmlx = torch.ops.etmlx
 
 # Rules without a tensor dtype to walk: they compute sizes (SymInts), tested in test_sizes.py.
-SIZE_RULES = {"_operator.add", "_operator.floordiv", "_operator.mod", "_operator.mul", "_operator.sub", "aten::sym_size.int"}
+SIZE_RULES = {"_operator.add", "_operator.floordiv", "_operator.mod", "_operator.mul", "_operator.neg", "_operator.sub",
+              "aten::sym_size.int"}
 
 # Operators that never reach the partitioner as called (torch.export and ExecuTorch's
 # edge passes rewrite them), registered with the same rule as what they become: walked
@@ -299,6 +300,10 @@ def _other(dtype):
         # its seed: one integer, of d's dtype where that is an integer one
         "etmlx::random_uniform": lambda x, y, d: etmlx.random_uniform(
             d.flatten()[0].to(torch.int64) if d.is_floating_point() or d.dtype == torch.bool else d.flatten()[0], [2, 3]
+        ),
+        # q, k, v of 2 x 3 steps x 4 heads x 5; decays and rates from y; a state of 4 heads of 5 x 5
+        "etmlx::gated_delta": lambda x, y, d: etmlx.gated_delta(
+            x, x, x, y[..., 0] / 3, y[..., 1] / 3, x[:, 0, :, :, None] * x[:, 0, :, None, :] / 10
         ),
         "etmlx::quantize": lambda x, y, d: etmlx.quantize(torch.cat([x.reshape(2, 60)] * 2, 1)[:, :64], 32, 8),
         "etmlx::quantized_matmul": lambda x, y, d: etmlx.quantized_matmul(
