@@ -2,7 +2,8 @@
 part of a .pte a reader must check — static and dynamic shapes, mutable buffers, a
 bounds-checked index input, partial delegation (two payloads around a declined call),
 quantized weights (affine and a float mode), sorting and scattering, rotary embeddings,
-keyed random numbers, KV caches that grow, and a saved prompt of them."""
+keyed random numbers, KV caches that grow, recurrent states (the gated delta rule), and a
+saved prompt of them."""
 
 import dataclasses
 import pathlib
@@ -144,6 +145,9 @@ def _factories():
     # its cache quantized to 4 bits (Quantize, QuantizedMatmul over int32 words): heads of 32
     yield "quantized_kv_cache", llm.export_methods(llm.tiny_llama(hidden=128, layers=1, max_cache=32), 4,
                                                    window_step=8, kv_bits=4, kv_group_size=32), (
+        torch.tensor([[1, 2, 3]]), torch.arange(3)), None
+    # recurrent states beside a KV cache (GatedDelta, convolution windows): Qwen3.5's layers
+    yield "recurrent_states", llm.export_methods(llm.tiny_hybrid("qwen3_5", max_cache=32), 4, window_step=8), (
         torch.tensor([[1, 2, 3]]), torch.arange(3)), None
 
 
