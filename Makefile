@@ -85,6 +85,9 @@ bench: $(VENV)/.bench-installed native
 	$(PY) bench/bench_vision.py
 	$(PY) bench/bench_moe.py
 	$(PY) bench/bench_moe.py --quantize int4 --group-size 64
+	$(PY) bench/bench_hybrid.py --family qwen3_5
+	$(PY) bench/bench_hybrid.py --family lfm2
+	$(PY) bench/bench_hybrid.py --family mamba2
 
 clean:
 	rm -rf $(VENV) out build *.egg-info
