@@ -50,7 +50,8 @@ test-sanitize: $(INSTALLED)
 	ETMLX_NATIVE_LIBRARY=build/native-asan/libetmlx_backend.so LD_PRELOAD="$(SANITIZER_PRELOAD)" \
 	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	$(PY) -m pytest -q tests/native tests/lowering/test_indexing.py tests/models/test_kv_cache.py \
-	  tests/models/test_kv_cache_growth.py tests/models/test_quantized_kv_cache.py tests/generation/test_prompt_cache.py
+	  tests/models/test_kv_cache_growth.py tests/models/test_quantized_kv_cache.py tests/generation/test_prompt_cache.py \
+	  tests/lowering/test_linear_attention.py
 
 # Mutated .pte files loaded and run on both runtimes in child processes: every case must
 # run or raise a documented error (fuzz/run.py). FUZZ_CASES=... FUZZ_SEED=... to vary.
