@@ -15,6 +15,7 @@ The recurrences themselves are traced as ``etmlx.llm.recurrent_kernels`` compute
 """
 
 import contextlib
+import inspect
 
 import torch
 from transformers import cache_utils
@@ -46,8 +47,6 @@ HYBRID_TYPE = "hybrid"
 def cache_keyword(model) -> str:
     """The keyword ``model``'s forward takes its cache by: ``cache_params`` for the pure
     state-space models (Mamba2), ``past_key_values`` for the others."""
-    import inspect
-
     return "cache_params" if "cache_params" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
@@ -143,7 +142,7 @@ def attach_states(cached, state_shapes) -> list:
         for kind, states in made.items():
             for index, state in enumerate(states):
                 cached.register_buffer(f"{kind}_state_{i}_{index}", state, persistent=False)
-        if layer.max_cache_len == 0:  # its position is the call's (start_sequence)
+        if layer.max_cache_len == 0:  # its position is the call's (start_call)
             for name in (f"key_cache_{i}", f"value_cache_{i}", f"cumulative_length_{i}"):
                 del cached._buffers[name]
         layers.append(i)

@@ -37,3 +37,32 @@ def test_a_recurrent_state_cannot_rewind_so_a_session_prefills_again(family):
     with torch.no_grad():
         expected = model(torch.tensor([PROMPT[:6]])).logits[0, -1].numpy()
     np.testing.assert_allclose(session.feed(PROMPT[:6]), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_the_traced_recurrences_compute_what_transformers_chunked_ones_do():
+    """What etmlx traces in place of transformers' chunked recurrences, from a previous
+    state, equal to them: the gated delta rule (its state in MLX's layout, transposed from
+    transformers') and Mamba2's scan over a call that is not a whole chunk."""
+    from transformers.models.mamba2 import modeling_mamba2
+    from transformers.models.qwen3_5 import modeling_qwen3_5
+
+    from etmlx.llm.recurrent_kernels import gated_delta_rule, state_space_scan
+
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 7, 2, 16), torch.randn(1, 7, 2, 16)
+    v, g, beta = torch.randn(1, 7, 4, 8), -torch.rand(1, 7, 4), torch.rand(1, 7, 4)
+    state = torch.randn(1, 4, 16, 8)  # transformers' (B, H, Dk, Dv)
+    options = dict(initial_state=state, output_final_state=True, use_qk_l2norm_in_kernel=True)
+    expected = modeling_qwen3_5.torch_chunk_gated_delta_rule(q, k, v, g, beta, **options)
+    actual = gated_delta_rule(q, k, v, g, beta, **{**options, "initial_state": state.transpose(-1, -2)})
+    torch.testing.assert_close(actual[0], expected[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(actual[1].transpose(-1, -2), expected[1], rtol=1e-4, atol=1e-5)
+
+    x, dt = torch.randn(1, 5, 4, 8), torch.randn(1, 5, 4)
+    b, c, a = torch.randn(1, 5, 2, 6), torch.randn(1, 5, 2, 6), -torch.rand(4) * 4
+    options = dict(D=torch.randn(4), dt_bias=torch.randn(4), initial_states=torch.randn(1, 4, 8, 6), dt_softplus=True,
+                   return_final_states=True)
+    expected = modeling_mamba2.mamba2_chunk_scan(x, dt, a, b, c, 256, **options)
+    actual = state_space_scan(x, dt, a, b, c, 256, **options)
+    for got, wanted in zip(actual, expected):
+        torch.testing.assert_close(got, wanted, rtol=1e-4, atol=1e-5)
