@@ -4,6 +4,10 @@ benchmarks. Sharded at 4 GiB with a ``model.safetensors.index.json``, as the Hub
 the tokenizer is examples/llm.py's tiny one (its ids are the first of the model's vocabulary).
 
     python bench/checkpoints.py llama-3.2-1b DIR [--layers N]
+    python bench/checkpoints.py llama-3.2-1b FILE.gguf --gguf Q4_K
+
+or, with ``--gguf TYPE``, a GGUF file of that shape: every matrix random but valid
+blocks of TYPE, norms F32 (examples/llm_gguf.py; the head tied as in the model).
 """
 
 import argparse
@@ -13,7 +17,7 @@ import struct
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+sys.path.insert(0, os.path.join(HERE, ".."))
 
 LLAMA3_ROPE = {"rope_type": "llama3", "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 8192}
@@ -47,7 +51,7 @@ def write_checkpoint(directory, shape: str, layers=None, seed: int = 0) -> str:
     import torch
     from transformers import AutoModelForCausalLM
 
-    import llm
+    from examples import llm
 
     config = config_of(shape, layers)
     with torch.device("meta"):
@@ -78,6 +82,14 @@ def write_checkpoint(directory, shape: str, layers=None, seed: int = 0) -> str:
     tokenizer.chat_template = llm.CHAT_TEMPLATE
     tokenizer.save_pretrained(directory)
     return str(directory)
+
+
+def write_gguf(path, shape: str, kind: str, layers=None, seed: int = 0) -> str:
+    """Writes the GGUF file ``path`` of ``shape``, its matrices ``kind`` blocks; returns it."""
+    from examples import llm, llm_gguf
+
+    config = config_of(shape, layers)
+    return llm_gguf.write_gguf(path, config, llm.train_tokenizer(), kind, seed=seed, tied=config.tie_word_embeddings)
 
 
 def _count(shape) -> int:
@@ -112,10 +124,14 @@ def _write_shard(path, names, shapes, generator) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("shape", choices=SHAPES)
-    parser.add_argument("directory")
+    parser.add_argument("directory", help="the checkpoint folder, or with --gguf the file")
     parser.add_argument("--layers", type=int, help="fewer (or more) decoder layers than the model has")
+    parser.add_argument("--gguf", metavar="TYPE", help="a GGUF file of TYPE blocks (Q4_0, Q4_K, Q8_0, ...)")
     args = parser.parse_args()
-    print(write_checkpoint(args.directory, args.shape, args.layers))
+    if args.gguf:
+        print(write_gguf(args.directory, args.shape, args.gguf, args.layers))
+    else:
+        print(write_checkpoint(args.directory, args.shape, args.layers))
 
 
 if __name__ == "__main__":

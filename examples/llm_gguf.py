@@ -47,10 +47,21 @@ def tiny_gguf(path, kind: str = "Q4_K", types: dict = None, seed: int = 0, hidde
     """Writes ``path``: a Llama (hidden ``hidden``, 4 heads, 2 kv) whose matrices are
     ``kind`` blocks (``types``: {GGUF tensor name suffix, e.g. "ffn_down.weight": type}
     overrides), norms F32, ``tied``: no ``output.weight`` (the head is the embedding)."""
-    import gguf
+    config = llm.tiny_llama(seed, max_cache, hidden=hidden, layers=layers).config
+    return write_gguf(path, config, llm.train_tokenizer(config.vocab_size), kind, types, seed, tied, paired_q6k_scales)
 
-    model = llm.tiny_llama(seed, max_cache, hidden=hidden, layers=layers)
-    config, tokenizer = model.config, llm.train_tokenizer(model.config.vocab_size)
+
+def write_gguf(path, config, tokenizer, kind: str = "Q4_K", types: dict = None, seed: int = 0, tied: bool = False,
+               paired_q6k_scales: bool = False) -> str:
+    """Writes ``path``: the Llama of ``config`` as ``tiny_gguf`` describes, its vocabulary
+    ``tokenizer``'s tokens and as many filler tokens as ``config.vocab_size`` needs more.
+    The tensors are drawn and written one at a time (an 8B model is never whole in memory)."""
+    import gguf
+    import torch
+    from transformers import LlamaForCausalLM
+
+    with torch.device("meta"):
+        shapes = {name: tuple(t.shape) for name, t in LlamaForCausalLM(config).state_dict().items()}
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name("tiny-llama")
     writer.add_block_count(config.num_hidden_layers)
@@ -62,34 +73,50 @@ def tiny_gguf(path, kind: str = "Q4_K", types: dict = None, seed: int = 0, hidde
     writer.add_rope_dimension_count(config.hidden_size // config.num_attention_heads)
     writer.add_rope_freq_base(float(config.rope_parameters["rope_theta"]))
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
-    _add_tokenizer(writer, tokenizer)
+    _add_tokenizer(writer, tokenizer, config.vocab_size)
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, config.num_hidden_layers)
-    rng = np.random.default_rng(seed)
-    for name, parameter in model.state_dict().items():
+    planned = []  # (GGUF name, shape, type or None for F32)
+    for name, shape in shapes.items():
         base, suffix = name.rsplit(".", 1)
         gguf_name = f"{names.get_name(base)}.{suffix}"
-        if parameter.dim() == 1:
-            writer.add_tensor(gguf_name, (1 + 0.1 * rng.standard_normal(parameter.shape)).astype(np.float32))
+        if len(shape) == 1:
+            planned.append((gguf_name, shape, None))
         elif not (tied and gguf_name == "output.weight"):
-            chosen = next((t for end, t in (types or {}).items() if gguf_name.endswith(end)), kind)
-            writer.add_tensor(gguf_name, random_blocks(rng, chosen, *parameter.shape, paired_q6k_scales),
-                              raw_dtype=gguf.GGMLQuantizationType[chosen])
+            planned.append((gguf_name, shape, next((t for end, t in (types or {}).items() if gguf_name.endswith(end)),
+                                                   kind)))
+    for gguf_name, shape, chosen in planned:
+        if chosen is None:
+            writer.add_tensor_info(gguf_name, shape, np.dtype(np.float32), 4 * shape[0])
+        else:
+            qtype = gguf.GGMLQuantizationType[chosen]
+            values, size = gguf.GGML_QUANT_SIZES[qtype]
+            row_bytes = shape[1] // values * size
+            writer.add_tensor_info(gguf_name, (shape[0], row_bytes), np.dtype(np.uint8), shape[0] * row_bytes, qtype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
+    writer.write_ti_data_to_file()
+    rng = np.random.default_rng(seed)
+    for gguf_name, shape, chosen in planned:
+        if chosen is None:
+            writer.write_tensor_data((1 + 0.1 * rng.standard_normal(shape)).astype(np.float32))
+        else:
+            writer.write_tensor_data(random_blocks(rng, chosen, *shape, paired_q6k_scales))
     writer.close()
     return str(path)
 
 
-def _add_tokenizer(writer, tokenizer) -> None:
-    """``tokenizer`` (a byte-level BPE) as llama.cpp's "gpt2" tokenizer metadata."""
+def _add_tokenizer(writer, tokenizer, vocab_size: int) -> None:
+    """``tokenizer`` (a byte-level BPE) as llama.cpp's "gpt2" tokenizer metadata, its
+    vocabulary padded to ``vocab_size`` with filler tokens no merge makes."""
     state = json.loads(tokenizer.backend_tokenizer.to_str())["model"]
     tokens = sorted(state["vocab"], key=state["vocab"].get)
     special = set(tokenizer.all_special_tokens)
+    types = [3 if token in special else 1 for token in tokens]  # 3: control
+    tokens += [f"<filler_{i}>" for i in range(vocab_size - len(tokens))]
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("default")
     writer.add_token_list(tokens)
-    writer.add_token_types([3 if token in special else 1 for token in tokens])  # 3: control
+    writer.add_token_types(types + [1] * (len(tokens) - len(types)))
     writer.add_token_merges([merge if isinstance(merge, str) else " ".join(merge) for merge in state["merges"]])
     writer.add_bos_token_id(tokenizer.bos_token_id)
     writer.add_eos_token_id(tokenizer.eos_token_id)
