@@ -21,19 +21,15 @@ _libc = None
 
 
 def release(tensor) -> bool:
-    """Gives back the whole pages of ``tensor`` (a contiguous one's bytes, else its
-    storage's) when they belong to a mapping of a file, never anonymous memory; whether
+    """Gives back the whole pages of ``tensor`` (a contiguous one's bytes, else a torch
+    tensor's storage's; a numpy array's only when contiguous) when they belong to a mapping of a file, never anonymous memory; whether
     it did. A private writable mapping (safetensors maps its files so) may hold pages a
     write made this process's own, which dropping would turn back into the file's bytes:
     a range holding any is paged out instead (``MADV_PAGEOUT``, which keeps every byte,
     but may evict the file's pages from the page cache too)."""
     if not sys.platform.startswith("linux"):
         return False
-    if tensor.is_contiguous():
-        start, size = tensor.data_ptr(), tensor.numel() * tensor.element_size()
-    else:
-        storage = tensor.untyped_storage()
-        start, size = storage.data_ptr(), storage.nbytes()
+    start, size = _extent(tensor)
     first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
     end = (start + size) // mmap.PAGESIZE * mmap.PAGESIZE
     if size < SMALLEST or end <= first:
@@ -48,6 +44,16 @@ def release(tensor) -> bool:
     private_writable = "w" in permissions and permissions.endswith("p")
     unsafe_to_drop = private_writable and not _only_file_pages(first, end)
     return _libc.madvise(first, end - first, _MADV_PAGEOUT if unsafe_to_drop else _MADV_DONTNEED) == 0
+
+
+def _extent(tensor) -> tuple:
+    """(first address, size in bytes) of what ``tensor`` reads."""
+    if isinstance(tensor, np.ndarray):  # a contiguous array's bytes; none of another
+        return tensor.ctypes.data, tensor.nbytes if tensor.flags.c_contiguous else 0
+    if tensor.is_contiguous():
+        return tensor.data_ptr(), tensor.numel() * tensor.element_size()
+    storage = tensor.untyped_storage()
+    return storage.data_ptr(), storage.nbytes()
 
 
 def _only_file_pages(first: int, end: int) -> bool:

@@ -57,7 +57,7 @@ def _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_siz
     if gguf_model.is_gguf(model_dir):
         if quantize is not None:
             raise ExportError(f"quantize={quantize!r} with a GGUF file: its own quantization is kept (drop --quantize)")
-        loaded = gguf_model.load(model_dir, getattr(torch, dtype or "float32"))
+        loaded = gguf_model.load(model_dir, getattr(torch, dtype or "float32"), deferred=True)
         model, tokenizer, formats, declined = loaded.model, loaded.tokenizer, loaded.formats, loaded.declined
     else:
         model_dir = checkpoint_folder(model_dir)

@@ -73,7 +73,8 @@ def _check(scheme: str, group_size) -> None:
 ROWS_AT_ONCE_VALUES = 2**22  # a weight is quantized in blocks of rows of about this many values
 
 
-def _row_blocks(rows: int, columns: int):
+def row_blocks(rows: int, columns: int) -> list:
+    """Slices of about ``ROWS_AT_ONCE_VALUES`` values of a ``(rows, columns)`` weight, whole rows each."""
     step = max(1, ROWS_AT_ONCE_VALUES // columns)
     return [slice(start, min(start + step, rows)) for start in range(0, rows, step)]
 
@@ -98,7 +99,7 @@ def _intx(weight, scheme: str, group_size, deferred: bool):
     qmin, qmax = _DTYPE_TO_QVALUE_BOUNDS[target]
     rows, columns = weight.shape
     block_size = (1, columns if group_size is None else group_size)
-    blocks = _row_blocks(rows, columns)
+    blocks = row_blocks(rows, columns)
     parts = []
     for rows_ in blocks:
         parts.append(choose_qparams_affine(weight[rows_], MappingType.SYMMETRIC, block_size, torch.int8, qmin, qmax,

@@ -103,6 +103,39 @@ def test_etmlx_generate_prints_the_eager_text(exported, capsys):
     assert text == tokenizer.decode(eager, skip_special_tokens=True).strip() and text
 
 
+def test_the_model_is_read_tensor_by_tensor_from_one_parse(exported, monkeypatch):
+    """Never transformers' whole-model load (every tensor dequantized at once): the file is
+    parsed once, each float tensor is what that load would set, and a quantized weight's
+    integers, deferred, are computed from the blocks when read, equal to the eager ones."""
+    from transformers import modeling_gguf_pytorch_utils
+
+    from etmlx.lowering import deferred
+
+    path, _, _, model = exported
+    checkpoint, parses = modeling_gguf_pytorch_utils.load_gguf_checkpoint, []
+
+    def metadata_only(*args, return_tensors=False, **kwargs):
+        assert not return_tensors, "the whole model was dequantized"
+        return checkpoint(*args, return_tensors=return_tensors, **kwargs)
+
+    monkeypatch.setattr(modeling_gguf_pytorch_utils, "load_gguf_checkpoint", metadata_only)
+    reader = gguf.GGUFReader
+    monkeypatch.setattr(gguf, "GGUFReader", lambda *a, **k: parses.append(a) or reader(*a, **k))
+    eager = gguf_model.load(path, torch.float32)
+    assert len(parses) == 1
+    expected = dict(model.named_parameters())
+    for name, parameter in eager.model.named_parameters():
+        if not hasattr(parameter, "qdata"):  # the norms: F32 in the file
+            assert torch.equal(parameter, expected[name]), name
+    with deferred.scope():
+        lazy = gguf_model.load(path, torch.float32, deferred=True)
+        for (name, ours), (_, theirs) in zip(lazy.model.named_parameters(), eager.model.named_parameters()):
+            if hasattr(ours, "qdata"):
+                assert deferred.resolve(ours.qdata) is not ours.qdata, f"{name} was not deferred"
+                assert torch.equal(deferred.resolve(ours.qdata), theirs.qdata), name
+                assert torch.equal(ours.scale, theirs.scale) and torch.equal(ours.zero_point, theirs.zero_point)
+
+
 def test_types_without_an_exact_mlx_layout_run_dequantized_and_are_named(tmp_path):
     """Q6_K whose sub-block pairs have scales of their own, and Q2_K (groups of 16), stay
     float: the reasons are reported, and the model still computes transformers' load."""
@@ -131,7 +164,7 @@ def test_a_decoding_that_disagrees_with_transformers_is_left_float(tmp_path, mon
         *processed(tensor, processor)))
     loaded = gguf_model.load(path, torch.float32)
     assert sorted(loaded.declined) == [f"model.layers.{i}.self_attn.q_proj.weight" for i in (0, 1)]
-    assert "differ from the weight transformers loaded" in loaded.declined["model.layers.0.self_attn.q_proj.weight"]
+    assert "differ from the weight transformers loads" in loaded.declined["model.layers.0.self_attn.q_proj.weight"]
 
 
 def test_bfloat16_keeps_the_layers_quantized_near_its_rounding(tmp_path):
@@ -214,14 +247,20 @@ def test_an_unknown_architecture_or_missing_file_is_one_clear_error(tmp_path):
         gguf_model.load(str(tmp_path / "absent.gguf"), torch.float32)
 
 
-def test_tensors_that_do_not_make_the_model_are_one_clear_error(tmp_path):
-    """Metadata saying three layers over the tensors of one."""
+@pytest.mark.parametrize("key, value, match", [
+    ("llama.block_count", 3, r"inconsistent\.gguf: its tensors do not make a LlamaForCausalLM: missing \["),
+    ("llama.feed_forward_length", 256, r"ffn_gate\.weight: its tensors do not make a LlamaForCausalLM: "
+                                       r"model\.layers\.0\.mlp\.gate_proj\.weight is \(512, 256\) in the file"),
+])
+def test_tensors_that_do_not_make_the_model_are_one_clear_error(tmp_path, key, value, match):
+    """Metadata saying three layers over the tensors of one, or a narrower MLP than its
+    (quantized) matrices have."""
     good = tiny_gguf(tmp_path / "good.gguf", layers=1)
     data = bytearray(open(good, "rb").read())
-    struct.pack_into("<I", data, _field_offset(data, "llama.block_count"), 3)
+    struct.pack_into("<I", data, _field_offset(data, key), value)
     path = tmp_path / "inconsistent.gguf"
     path.write_bytes(bytes(data))
-    with pytest.raises(ExportError, match=r"inconsistent\.gguf: its tensors do not make a LlamaForCausalLM: missing"):
+    with pytest.raises(ExportError, match=match):
         gguf_model.load(str(path), torch.float32)
 
 
