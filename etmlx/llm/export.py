@@ -36,11 +36,18 @@ def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, q
     of the weights and activations (default: the checkpoint's, read in place from its
     memory-mapped files; a GGUF file's: float32); ``sample_on_device``: also a ``sample`` method; ``kv_bits``
     (4 or 8): a quantized KV cache, in groups of ``kv_group_size`` (``causal_lm.export_methods``).
-    ``progress(stage, seconds)`` is told of each stage as it ends."""
+    ``progress(stage, seconds)`` is told of each stage as it ends.
+
+    On Linux with glibc, the process's allocator gives blocks of 4 MiB and more mappings
+    of their own from here on (``allocator``): the export's peak memory follows what it
+    holds, not how fragmented its heap has become."""
     from etmlx.lowering import deferred
+
+    from .allocator import keep_large_blocks_apart
 
     if dtype is not None and dtype not in DTYPES:
         raise ExportError(f"dtype={dtype!r}: expected one of {', '.join(DTYPES)}")
+    keep_large_blocks_apart()
     with deferred.scope():  # quantized weights' integers are computed as they are packed
         return _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_size, dtype, sample_on_device,
                            kv_bits, kv_group_size, progress or (lambda stage, seconds: None))
