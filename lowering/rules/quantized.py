@@ -85,10 +85,14 @@ def mlx_layout(qdata, scale, zero_point, group_size: int, bits: int, dtype, narr
     a matrix, or of each matrix of a stack). ``narrow``: float32 scales and biases that
     float16 holds exactly (a GGUF file's) are stored as float16, which MLX's matmul
     widens exactly."""
-    *rows, columns = qdata.shape
+    return (_bitstream(qdata, bits, 2 ** (bits - 1)),
+            *mlx_scales(scale, zero_point, group_size, bits, dtype, narrow))
+
+
+def mlx_scales(scale, zero_point, group_size: int, bits: int, dtype, narrow: bool = False):
+    """The (scales, biases) half of ``mlx_layout``."""
     mlx_group = _mlx_group_size(group_size)
     offset = 2 ** (bits - 1)
-    packed = _bitstream(qdata, bits, offset)
     zero = torch.zeros_like(scale, dtype=torch.float64) if zero_point is None else zero_point.to(torch.float64)
     biases = -scale.to(torch.float64) * (zero + offset)
     # what the zero point's own float32 rounding leaves uncertain in each bias: 2 ulps of it
@@ -96,8 +100,8 @@ def mlx_layout(qdata, scale, zero_point, group_size: int, bits: int, dtype, narr
     repeat = group_size // mlx_group
     scales = scale.repeat_interleave(repeat, dim=-1).to(dtype).contiguous()
     if narrow and dtype == torch.float32 and _held_by_half(scales, 0) and _held_by_half(biases, uncertain):
-        return packed, scales.half(), biases.repeat_interleave(repeat, dim=-1).half().contiguous()
-    return packed, scales, biases.repeat_interleave(repeat, dim=-1).to(dtype).contiguous()
+        return scales.half(), biases.repeat_interleave(repeat, dim=-1).half().contiguous()
+    return scales, biases.repeat_interleave(repeat, dim=-1).to(dtype).contiguous()
 
 
 def _held_by_half(values, tolerance) -> bool:
@@ -180,11 +184,17 @@ def _check_layer(args, dtype, dims: int = 2) -> Optional[str]:
 def packed_weight(ctx, args, dtype, narrow: bool = False):
     """The constants (slots) of a quantized weight repacked for MLX, and the group size
     and bits its kernels take, as the fields of a quantized node (``narrow``: of
-    ``mlx_layout``)."""
-    values = [ctx.constant_values[a] if a is not None else None for a in (args.qdata, args.scale, args.zero_point)]
-    packed, scales, biases = mlx_layout(*values, args.group_size, args.bits, dtype, narrow)
+    ``mlx_layout``). A weight two layers share (a head tied to the embedding) has its
+    values packed once: the largest matrix of a small model, read and packed again
+    at the end of lowering, set the export's peak."""
+    def packed_values():
+        return ctx.add_constant(_bitstream(ctx.constant_values[args.qdata], args.bits, 2 ** (args.bits - 1)))
+
+    values = [ctx.constant_values[a] if a is not None else None for a in (args.scale, args.zero_point)]
+    scales, biases = mlx_scales(*values, args.group_size, args.bits, dtype, narrow)
     return dict(
-        w=ctx.add_constant(packed), scales=ctx.add_constant(scales), biases=ctx.add_constant(biases),
+        w=ctx.once(("packed values", args.qdata, args.bits), packed_values),
+        scales=ctx.add_constant(scales), biases=ctx.add_constant(biases),
         groupSize=_mlx_group_size(args.group_size), bits=args.bits,
     )
 
