@@ -2,6 +2,7 @@
 a ``.pte`` that ExecuTorch's LLM runner and ``etmlx generate`` drive (``etmlx.llm.causal_lm``),
 with the tokenizer files beside it."""
 
+import contextlib
 import glob
 import os
 import shutil
@@ -10,6 +11,7 @@ import time
 from etmlx.errors import ExportError, first_line
 
 from . import causal_lm, gguf_model, safetensors_file
+from .allocator import large_blocks_apart
 
 DEFAULT_MAX_CONTEXT = 2048
 DTYPES = ("float32", "bfloat16", "float16")
@@ -38,17 +40,14 @@ def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, q
     (4 or 8): a quantized KV cache, in groups of ``kv_group_size`` (``causal_lm.export_methods``).
     ``progress(stage, seconds)`` is told of each stage as it ends.
 
-    On Linux with glibc, the process's allocator gives blocks of 4 MiB and more mappings
-    of their own from here on (``allocator``): the export's peak memory follows what it
-    holds, not how fragmented its heap has become."""
+    On Linux with glibc, exporting a GGUF file changes the process's mmap threshold
+    (``allocator``): 4 MiB while it exports, 32 MiB after."""
     from etmlx.lowering import deferred
-
-    from .allocator import keep_large_blocks_apart
 
     if dtype is not None and dtype not in DTYPES:
         raise ExportError(f"dtype={dtype!r}: expected one of {', '.join(DTYPES)}")
-    keep_large_blocks_apart()
-    with deferred.scope():  # quantized weights' integers are computed as they are packed
+    decoding = large_blocks_apart() if gguf_model.is_gguf(model_dir) else contextlib.nullcontext()
+    with deferred.scope(), decoding:  # quantized weights' integers are computed as they are packed
         return _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_size, dtype, sample_on_device,
                            kv_bits, kv_group_size, progress or (lambda stage, seconds: None))
 
