@@ -22,11 +22,12 @@ _libc = None
 
 def release(tensor) -> bool:
     """Gives back the whole pages of ``tensor`` (a contiguous one's bytes, else a torch
-    tensor's storage's; a numpy array's only when contiguous) when they belong to a mapping of a file, never anonymous memory; whether
-    it did. A private writable mapping (safetensors maps its files so) may hold pages a
-    write made this process's own, which dropping would turn back into the file's bytes:
-    a range holding any is paged out instead (``MADV_PAGEOUT``, which keeps every byte,
-    but may evict the file's pages from the page cache too)."""
+    tensor's storage's; a numpy array's only when contiguous) when they belong to a
+    mapping of a file, never anonymous memory; whether it did. A private writable
+    mapping (safetensors maps its files so) may hold pages a write made this process's
+    own, which dropping would turn back into the file's bytes: a range holding any is
+    paged out instead (``MADV_PAGEOUT``, which keeps every byte, but may evict the file's
+    pages from the page cache too)."""
     if not sys.platform.startswith("linux"):
         return False
     start, size = _extent(tensor)

@@ -76,6 +76,16 @@ def test_no_float_copy_of_a_weight_is_in_the_file(exported):
     assert held < 1.15 * tensor_bytes(path)
 
 
+def test_the_tied_head_reads_the_embeddings_packed_values(exported):
+    """The table's packed values are one constant, which the embedding's row gather and
+    the head's matmul both read (packing it again for the head set the peak of a small
+    model's export; its bytes were stored once either way)."""
+    _, out, _, _ = exported
+    (delegate,) = inspect_program(out)["methods"]["forward"]["delegates"]
+    words = [constant["key"] for constant in delegate["constants"] if constant["dtype"] == "uint32"]
+    assert len(words) == 8 and len(set(words)) == len(words)  # the layer's 7 matrices and the table
+
+
 def test_logits_and_greedy_tokens_equal_transformers_gguf_load(exported):
     """On both runtimes (``tests.runtimes``)."""
     _, out, _, model = exported
