@@ -78,10 +78,11 @@ def load(path, dtype, deferred: bool = False) -> GgufModel:
     result = GgufModel(model, tokenizer)
     for tensor in reader.tensors:
         kind = tensor.tensor_type.name
+        source = f"{path} ({tensor.name})"
         if kind not in FLOAT_TYPES and _set_quantized(result, tensor, kind, processor, tensor_names, modules, dtype,
-                                                      deferred):
+                                                      deferred, source):
             continue
-        _set_float(model, tensor, processor, tensor_names, parsed)
+        _set_float(model, tensor, processor, tensor_names, parsed, source)
     for hf_name, value in parsed["tensors"].items():  # what a processor gathered (merged experts)
         _set(model, hf_name, value, path)
     missing = [key for key, value in _tensors(model) if value.is_meta]
@@ -91,7 +92,7 @@ def load(path, dtype, deferred: bool = False) -> GgufModel:
     return result
 
 
-def _set_quantized(result, tensor, kind, processor, tensor_names, modules, dtype, deferred) -> bool:
+def _set_quantized(result, tensor, kind, processor, tensor_names, modules, dtype, deferred, source: str) -> bool:
     """Sets ``tensor``'s layer's weight to its quantized blocks where they run on MLX as
     they are (``_quantized_weight``); whether it did (else why not is in ``declined``)."""
     import torch
@@ -110,12 +111,12 @@ def _set_quantized(result, tensor, kind, processor, tensor_names, modules, dtype
     if reason:
         result.declined[hf_name] = f"{kind}: {reason}; runs on the dequantized weight"
         return False
-    _set(result.model, hf_name, quantized, tensor.name)
+    _set(result.model, hf_name, quantized, source)
     result.formats[module_name] = f"{kind} as int{BITS[kind]}, groups of {quantized.block_size[-1]}"
     return True
 
 
-def _set_float(model, tensor, processor, tensor_names, parsed) -> None:
+def _set_float(model, tensor, processor, tensor_names, parsed, source: str) -> None:
     """Sets ``tensor`` as transformers' own GGUF load does (``load_gguf_checkpoint``):
     dequantized, processed, converted to the parameter's dtype."""
     import torch
@@ -127,7 +128,7 @@ def _set_float(model, tensor, processor, tensor_names, parsed) -> None:
                                tensor_key_mapping=tensor_names, parsed_parameters=parsed)
     release(tensor.data)
     if result.name in tensor_names:
-        _set(model, tensor_names[result.name], torch.from_numpy(np.copy(result.weights)), tensor.name)
+        _set(model, tensor_names[result.name], torch.from_numpy(np.copy(result.weights)), source)
 
 
 def _set(model, hf_name: str, value, source: str) -> None:

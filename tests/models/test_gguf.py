@@ -259,7 +259,7 @@ def test_an_unknown_architecture_or_missing_file_is_one_clear_error(tmp_path):
 
 @pytest.mark.parametrize("key, value, match", [
     ("llama.block_count", 3, r"inconsistent\.gguf: its tensors do not make a LlamaForCausalLM: missing \["),
-    ("llama.feed_forward_length", 256, r"ffn_gate\.weight: its tensors do not make a LlamaForCausalLM: "
+    ("llama.feed_forward_length", 256, r"inconsistent\.gguf \(blk\.0\.ffn_gate\.weight\): its tensors do not make a LlamaForCausalLM: "
                                        r"model\.layers\.0\.mlp\.gate_proj\.weight is \(512, 256\) in the file"),
 ])
 def test_tensors_that_do_not_make_the_model_are_one_clear_error(tmp_path, key, value, match):
