@@ -5,8 +5,7 @@ A conversation and its cache can be saved to a file and continued from it in a f
 load (``save``, ``restore``)."""
 
 from . import prompt_cache
-from .generation import GenerationError, Sampling, Session, Stats, generate_tokens, stream_text
-from etmlx.runtime_shim.errors import IndexRangeError
+from .generation import GenerationError, Sampling, Session, Stats, decode_after, stream_text
 
 
 class Chat:
@@ -19,6 +18,11 @@ class Chat:
         self.system = [{"role": "system", "content": system}] if system else []
         self.stats = Stats()
         self.reset()
+
+    @property
+    def fed_from(self) -> int:
+        """Where the last turn's feeding began: the tokens before it were held."""
+        return self.stats.cached_tokens
 
     def reset(self) -> None:
         """Starts over: the cache's contents are forgotten (and overwritten as it refills)."""
@@ -50,33 +54,17 @@ class Chat:
     def reply(self, text: str):
         """Yields the assistant's reply to ``text`` as it is made, and keeps it in the conversation."""
         self.messages.append({"role": "user", "content": text})
-        templated = self.tokenizer.apply_chat_template(self.messages, add_generation_prompt=True, tokenize=False)
-        ids = self.tokenizer.encode(templated, add_special_tokens=False)
+        ids = template_ids(self.tokenizer, self.messages)
         if len(ids) >= self.session.context:
             self.messages.pop()
             raise GenerationError(f"the conversation holds {len(ids)} tokens, past the context of "
                                   f"{self.session.context}: /reset to start over")
-        # At least one token fed, for the next token's logits; the slots past the tokens held
-        # are overwritten before attention reads them (a recurrent state starts over).
-        held = self.session.rewind(_common_prefix(self.cached, ids[:-1]))
-        self.fed_from = held
-        self.stats = Stats()
-        generated = []
-
-        def reply_from(start):
-            for token in generate_tokens(self.session, ids[start:], self.max_new_tokens, self.sampling, self.stats):
-                generated.append(token)
-                yield token
+        self.stats, generated = Stats(), []
 
         def tokens():
-            try:
-                yield from reply_from(held)
-            except IndexRangeError:
-                if held == 0 or generated:
-                    raise
-                # A sliding-window layer's ring cannot go back that far (etmlx.llm.sliding_cache): start over.
-                self.session.position = self.fed_from = 0
-                yield from reply_from(0)
+            for step in decode_after(self.session, self.cached, ids, self.max_new_tokens, self.sampling, self.stats):
+                generated.append(step.token)
+                yield step.token
 
         pieces = []
         for piece in stream_text(self.tokenizer, tokens(), stats=self.stats, eos=self.session.eos_ids):
@@ -86,10 +74,9 @@ class Chat:
         self.messages.append({"role": "assistant", "content": "".join(pieces)})
 
 
-def _common_prefix(a: list, b: list) -> int:
-    length = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        length += 1
-    return length
+
+def template_ids(tokenizer, messages: list, tools: list | None = None) -> list:
+    """The token ids of ``messages`` in the tokenizer's chat template, up to the
+    assistant's turn (the template writes the special tokens itself)."""
+    templated = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+    return tokenizer.encode(templated, add_special_tokens=False)

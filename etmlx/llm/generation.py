@@ -2,9 +2,11 @@
 ExecuTorch's LLM-runner convention: ``forward(tokens [1, n], cache_position [n]) ->
 logits [1, vocab]`` and the runner's constant methods), on either runtime.
 
-``generate_tokens`` streams token ids: the prompt prefilled in chunks of the file's
-``get_max_seq_len``, then one token per call, sampled on the host from the last
-position's logits (``Sampler``). ``generate`` streams text through a tokenizer. Both
+``decode`` streams the steps of a generation, each token with the logits it was drawn
+from: the prompt prefilled in chunks of the file's ``get_max_seq_len``, then one token
+per call, sampled on the host from the last position's logits (``Sampler``), within
+what a ``constraint`` (a grammar) allows. ``generate_tokens`` streams their token ids,
+``generate`` their text through a tokenizer. All
 need only numpy besides the runtime, and keep the KV cache of the loaded program: a
 later call with ``start`` continues the same conversation.
 """
@@ -30,7 +32,9 @@ class GenerationError(EtMlxError, ValueError):
 class Sampling:
     """How the next token is chosen from the logits, in this order: ``repetition_penalty``
     (transformers' rule: a seen token's logit divided by it when positive, multiplied
-    when negative), then ``temperature`` (0: greedy, the rest is ignored), ``top_k``
+    when negative), ``frequency_penalty`` and ``presence_penalty`` (OpenAI's rule: a
+    generated token's logit less the first times its count, less the second once), then
+    ``temperature`` (0: greedy, the rest is ignored), ``top_k``
     (0: off), ``top_p`` (1: off) and ``min_p`` (0: off: tokens below ``min_p`` times the
     likeliest's probability are dropped); ``seed`` makes the draws repeatable."""
 
@@ -40,6 +44,8 @@ class Sampling:
     min_p: float = 0.0
     repetition_penalty: float = 1.0
     seed: int | None = None
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
 
     def __post_init__(self):
         checks = [
@@ -50,6 +56,10 @@ class Sampling:
             ("min_p", self.min_p, _finite(self.min_p) and 0 <= self.min_p < 1, "in [0, 1)"),
             ("repetition_penalty", self.repetition_penalty, _finite(self.repetition_penalty) and self.repetition_penalty > 0,
              "more than 0"),
+            ("frequency_penalty", self.frequency_penalty, _finite(self.frequency_penalty)
+             and -2 <= self.frequency_penalty <= 2, "in [-2, 2]"),
+            ("presence_penalty", self.presence_penalty, _finite(self.presence_penalty)
+             and -2 <= self.presence_penalty <= 2, "in [-2, 2]"),
         ]
         for name, value, valid, expected in checks:
             if not valid:
@@ -67,13 +77,27 @@ class Sampler:
         self.sampling = sampling
         self.random = np.random.default_rng(sampling.seed)
 
-    def probabilities(self, logits, history=()) -> np.ndarray:
-        """The distribution a draw follows (float64; zero for every filtered token)."""
+    @property
+    def penalizes(self) -> bool:
+        s = self.sampling
+        return s.repetition_penalty != 1 or s.frequency_penalty != 0 or s.presence_penalty != 0
+
+    def probabilities(self, logits, history=(), generated=(), allowed=None) -> np.ndarray:
+        """The distribution a draw follows (float64; zero for every filtered token):
+        ``history`` is every token so far (the prompt's too), ``generated`` the tokens
+        generated so far, ``allowed`` None or a bool per token (a grammar's mask)."""
         s = self.sampling
         logits = np.array(logits, dtype=np.float64).reshape(-1)
         if s.repetition_penalty != 1 and len(history):
             seen = np.unique(np.asarray(history, dtype=np.int64))
             logits[seen] = np.where(logits[seen] > 0, logits[seen] / s.repetition_penalty, logits[seen] * s.repetition_penalty)
+        if (s.frequency_penalty or s.presence_penalty) and len(generated):
+            seen, counts = np.unique(np.asarray(generated, dtype=np.int64), return_counts=True)
+            logits[seen] -= s.frequency_penalty * counts + s.presence_penalty
+        if allowed is not None:
+            if not allowed.any():
+                raise GenerationError("the constraint allows no token here")
+            logits[~allowed] = -np.inf
         if s.temperature == 0:
             probabilities = np.zeros_like(logits)
             probabilities[int(np.argmax(logits))] = 1.0
@@ -92,8 +116,8 @@ class Sampler:
             keep &= probabilities >= s.min_p * probabilities.max()
         return _softmax(np.where(keep, logits, -np.inf))
 
-    def __call__(self, logits, history=()) -> int:
-        probabilities = self.probabilities(logits, history)
+    def __call__(self, logits, history=(), generated=(), allowed=None) -> int:
+        probabilities = self.probabilities(logits, history, generated, allowed)
         if self.sampling.temperature == 0:
             return int(np.argmax(probabilities))
         return self.draw(probabilities, self.random.random())
@@ -122,7 +146,8 @@ class Stats:
     time_to_first_token: float = 0.0
     decode_seconds: float = 0.0
     peak_memory_mib: float = 0.0
-    stop_reason: str = ""  # "eos", "stop string", "max_new_tokens" or "context"
+    stop_reason: str = ""  # "eos", "stop string", "max_new_tokens", "context" or "constraint"
+    cached_tokens: int = 0  # of the prompt, held by the cache already (decode_after): not fed
 
     @property
     def prefill_tokens_per_s(self) -> float:
@@ -211,46 +236,111 @@ class Session:
         return out
 
 
-def generate_tokens(session: Session, prompt: list, max_new_tokens: int, sampling: Sampling = Sampling(),
-                    stats: Stats | None = None, stop_at_eos: bool = True):
-    """Yields up to ``max_new_tokens`` token ids after ``prompt`` (ids), continuing
+@dataclass(frozen=True)
+class Step:
+    """One generated token, and the logits (one per vocabulary entry) it was drawn
+    from: None where the delegate drew it (``Session.sample``)."""
+
+    token: int
+    logits: np.ndarray | None
+
+
+def decode(session: Session, prompt: list, max_new_tokens: int, sampling: Sampling = Sampling(),
+           stats: Stats | None = None, stop_at_eos: bool = True, constraint=None, logits: bool = False):
+    """Yields up to ``max_new_tokens`` ``Step``s after ``prompt`` (ids), continuing
     ``session``'s cache; stops after an EOS id of the file (unless not ``stop_at_eos``),
-    or at the context's end."""
+    at the context's end, or where ``constraint`` is ``finished``. ``constraint`` (a
+    grammar: ``grammar.Constraint``) says which tokens may come next (``allowed(vocab)``:
+    a bool per token) and is told each one drawn (``accept``). ``logits``: every step
+    carries its logits (so none is drawn in the delegate)."""
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise GenerationError(f"max_new_tokens={max_new_tokens!r}: expected a whole number, 0 or more")
     if not prompt:
         raise GenerationError("the prompt holds no tokens")
     stats = stats if stats is not None else Stats()
     sampler, history = Sampler(sampling), list(prompt)
-    on_device = session.samples_on_device and sampling.temperature > 0 and sampling.repetition_penalty == 1
+    on_device = (session.samples_on_device and sampling.temperature > 0 and not sampler.penalizes
+                 and constraint is None and not logits)
 
-    def next_token(tokens: list) -> int:
+    def next_step(tokens: list) -> Step:
         """The token after ``tokens``, fed: drawn in the delegate where the file samples
         there (one random stream with the host sampler's), else on the host."""
         if on_device:
-            return session.sample(tokens, sampling, sampler.random.random())
-        return sampler(session.feed(tokens), history)
+            return Step(session.sample(tokens, sampling, sampler.random.random()), None)
+        out = session.feed(tokens)
+        allowed = constraint.allowed(out.size) if constraint is not None else None
+        return Step(sampler(out, history, history[len(prompt):], allowed), out)
 
     stats.prompt_tokens, stats.stop_reason = len(prompt), "max_new_tokens"
     started = time.perf_counter()
-    token = next_token(list(prompt))
+    step = next_step(list(prompt))
     stats.time_to_first_token = time.perf_counter() - started
     decoding = time.perf_counter()
     for produced in range(max_new_tokens):
-        history.append(token)
+        history.append(step.token)
+        if constraint is not None:
+            constraint.accept(step.token)
         stats.generated_tokens = produced + 1
         stats.decode_seconds = time.perf_counter() - decoding
         stats.peak_memory_mib = _peak_rss_mib()
-        yield token
-        if stop_at_eos and token in session.eos_ids:
+        yield step
+        if stop_at_eos and step.token in session.eos_ids:
             stats.stop_reason = "eos"
+            return
+        if constraint is not None and constraint.finished:
+            stats.stop_reason = "constraint"
             return
         if produced + 1 == max_new_tokens:
             return
         if session.position >= session.context:
             stats.stop_reason = "context"
             return
-        token = next_token([token])
+        step = next_step([step.token])
+
+
+def decode_after(session: Session, held: list, ids: list, max_new_tokens: int, sampling: Sampling = Sampling(),
+                 stats: Stats | None = None, **options):
+    """``decode`` after ``ids`` (a whole context, from position 0) where ``session``'s
+    cache holds ``held`` (ids, from position 0): only what follows their common prefix
+    is fed (at least the last id, for its logits); the slots past it are overwritten
+    before attention reads them, and a recurrent state or a sliding window's ring that
+    cannot go back that far starts over. ``stats.cached_tokens``: the ids not fed."""
+    from etmlx.runtime_shim.errors import IndexRangeError
+
+    stats = stats if stats is not None else Stats()
+    start, produced = session.rewind(common_prefix(held, ids[:-1])), 0
+
+    def steps_from(start):
+        nonlocal produced
+        stats.cached_tokens = start
+        for step in decode(session, ids[start:], max_new_tokens, sampling, stats, **options):
+            produced += 1
+            yield step
+
+    try:
+        yield from steps_from(start)
+    except IndexRangeError:
+        if start == 0 or produced:
+            raise
+        session.position = 0  # the ring of a sliding-window layer (etmlx.llm.sliding_cache)
+        yield from steps_from(0)
+
+
+def common_prefix(a: list, b: list) -> int:
+    """How many leading ids ``a`` and ``b`` share."""
+    length = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        length += 1
+    return length
+
+
+def generate_tokens(session: Session, prompt: list, max_new_tokens: int, sampling: Sampling = Sampling(),
+                    stats: Stats | None = None, stop_at_eos: bool = True):
+    """The token ids of ``decode``'s steps."""
+    for step in decode(session, prompt, max_new_tokens, sampling, stats, stop_at_eos):
+        yield step.token
 
 
 def _peak_rss_mib() -> float:
@@ -285,7 +375,7 @@ def stream_text(tokenizer, tokens, stop: tuple = (), stats: Stats | None = None,
             if cut > len(shown):
                 yield text[len(shown):cut]
             return
-        ready = len(text) - _held_back(text, stop)
+        ready = len(text) - held_back(text, stop)
         if ready > len(shown):
             yield text[len(shown):ready]
             shown = text[:ready]
@@ -309,7 +399,7 @@ def load_tokenizer(path):
     return PreTrainedTokenizerFast(tokenizer_file=file)
 
 
-def _held_back(text: str, stop: tuple) -> int:
+def held_back(text: str, stop: tuple) -> int:
     """How many trailing characters may still change or begin a stop string."""
     held = 1 if text.endswith("\ufffd") else 0
     for s in stop:

@@ -64,6 +64,28 @@ def test_greedy_and_the_repetition_penalty():
     assert penalized.probabilities(-LOGITS, history=[6])[6] == 1.0  # a negative logit is multiplied: -(-3) stays max
 
 
+def test_frequency_and_presence_penalties_follow_openais_rule():
+    """A generated token's logit less frequency_penalty times its count, less
+    presence_penalty once; the prompt's tokens are not counted."""
+    sampling = Sampling(temperature=1.0, frequency_penalty=0.5, presence_penalty=0.25)
+    got = Sampler(sampling).probabilities(LOGITS, history=[1, 0, 0, 3], generated=[0, 0, 3])
+    expected = LOGITS.copy()
+    expected[0] -= 0.5 * 2 + 0.25
+    expected[3] -= 0.5 * 1 + 0.25
+    np.testing.assert_allclose(got, _softmax(expected), rtol=1e-12)
+    assert Sampler(Sampling(temperature=0.0, presence_penalty=2.0))(LOGITS, generated=[0]) == 1
+
+
+def test_a_mask_leaves_only_the_allowed_tokens():
+    allowed = np.zeros(LOGITS.size, bool)
+    allowed[[2, 5]] = True
+    got = Sampler(Sampling(temperature=1.0)).probabilities(LOGITS, allowed=allowed)
+    np.testing.assert_allclose(got, _softmax(np.where(allowed, LOGITS, -np.inf)), rtol=1e-12)
+    assert Sampler(Sampling())(LOGITS, allowed=allowed) == 2
+    with pytest.raises(GenerationError, match="allows no token"):
+        Sampler(Sampling())(LOGITS, allowed=np.zeros(LOGITS.size, bool))
+
+
 def test_a_seed_repeats_its_draws():
     first, second, other = (Sampler(Sampling(temperature=1.0, seed=seed)) for seed in (7, 7, 8))
     draws = [first(LOGITS) for _ in range(50)]
@@ -73,7 +95,8 @@ def test_a_seed_repeats_its_draws():
 @pytest.mark.parametrize("settings, message", [
     (dict(top_p=2), r"top_p=2: expected in \(0, 1\]"), (dict(top_p=0), "top_p=0"), (dict(temperature=-1), "temperature=-1"),
     (dict(top_k=-1), "top_k=-1"), (dict(min_p=1.0), "min_p=1.0"), (dict(repetition_penalty=0), "repetition_penalty=0"),
-    (dict(temperature=float("nan")), "temperature=nan"),
+    (dict(temperature=float("nan")), "temperature=nan"), (dict(frequency_penalty=3), r"frequency_penalty=3: expected in \[-2, 2\]"),
+    (dict(presence_penalty=-2.5), "presence_penalty=-2.5"),
 ])
 def test_bad_settings_are_one_clear_error(settings, message):
     with pytest.raises(GenerationError, match=message):
