@@ -101,6 +101,7 @@ def test_chat_carries_the_cache_and_replies_as_eager_does(exported):
     (["generate", "{pte}", "--prompt", "x", "--tokenizer", "{missing}"], "no tokenizer at"),
     (["generate", "{pte}", "--prompt", PROMPT * 20], "past the context of 128 tokens"),
     (["generate", "{pte}", "--prompt", "x", "--top-p", "2"], "top_p=2.0: expected in (0, 1]"),
+    (["serve", "{missing}"], "no such file"),
 ])
 def test_bad_input_is_one_clear_error(exported, tmp_path, capsys, args, message):
     from transformers import BertConfig, BertModel
