@@ -165,6 +165,8 @@ class Engine:
                 job.emit(Piece(text, entries))
         self.held = (ids + [step.token for step in generated])[: self.session.position]
         rest, calls = held.finish() if held else ("", [])
+        if not request.parallel_tool_calls:
+            calls = calls[:1]
         if rest:
             job.emit(Piece(rest))
         usage = {"prompt_tokens": len(ids), "completion_tokens": len(generated),

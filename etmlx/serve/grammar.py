@@ -1,13 +1,14 @@
 """Constrained decoding: what a request's ``response_format`` or forced tool call allows
 the model to write, as a grammar that llguidance matches token by token.
 
-llguidance was chosen over xgrammar and outlines-core (bench/bench_grammar.py): it
-builds no index of the vocabulary up front (a schema costs about a millisecond to
-start, where outlines-core's compiled index takes seconds for a nested one), computes a
-step's mask in tens of microseconds, covers more of JSON Schema than outlines-core (it
-refuses nothing the tests throw at it but what it names), takes Lark grammars for the
-text around a tool call's JSON, and needs nothing but its own wheel (xgrammar requires
-torch without a pin, and triton, on Linux).
+llguidance was chosen over xgrammar and outlines-core (``bench/bench_grammar.py``, a
+32k-token byte-level vocabulary, seven schemas from flat to recursive, 2 cores): it
+compiled each schema in 0.5-1.6 ms and masked a step in 15-35 us; xgrammar masked as
+fast (12-54 us) but compiled in 1.3-7.9 ms and requires torch (unpinned) and triton
+on Linux; outlines-core builds a regex index over the vocabulary up front (7-195 ms)
+and took up to 1.1 ms per step. All three accepted all seven schemas. llguidance also
+takes Lark grammars, which the text around a forced tool call's JSON needs, and needs
+nothing but its own wheel.
 
 JSON is written compactly (no free whitespace): a model with random weights could
 otherwise spend every token on spaces and never close the object.

@@ -1,7 +1,8 @@
 """OpenAI's request bodies, read and checked: every field a request may hold is checked
 here, before it reaches the model, and a bad one is a ``RequestError`` that names it (an
-HTTP 400 with OpenAI's error body). Fields etmlx does not use (``user``, ``metadata``,
-...) are ignored, as OpenAI's own server ignores what it does not know."""
+HTTP 400 with OpenAI's error body). A field that would change the reply and that this
+server does not do is refused by name (``NOT_DONE``); fields that change nothing here
+(``user``, ``metadata``, ``store``, ...) are ignored."""
 
 import math
 from dataclasses import dataclass, field
@@ -10,6 +11,9 @@ from etmlx.errors import EtMlxError
 from etmlx.llm.generation import GenerationError, Sampling
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
+# OpenAI's fields that change a reply and that this server does not do: refused by name,
+# never ignored (a reply that quietly lacks what was asked for is a wrong reply)
+NOT_DONE = ("logit_bias", "functions", "function_call", "suffix", "audio", "prediction", "web_search_options")
 
 
 class RequestError(EtMlxError, ValueError):
@@ -41,6 +45,7 @@ class Request:
     top_logprobs: int = 0
     tools: list | None = None
     tool_choice: object = "auto"
+    parallel_tool_calls: bool = True
     response_format: dict | None = None
     echo: bool = False
 
@@ -70,6 +75,7 @@ def chat_request(body, model: str, default_temperature: float) -> Request:
     request.max_tokens = fields.integer("max_completion_tokens", 1, None, default=request.max_tokens)
     request.tools = _tools(fields.get("tools", list, default=None))
     request.tool_choice = _tool_choice(fields.get("tool_choice", (str, dict), default="auto"), request.tools)
+    request.parallel_tool_calls = fields.get("parallel_tool_calls", bool, default=True)
     request.response_format = _response_format(fields.get("response_format", dict, default=None))
     if request.forced_tools and request.response_format:
         raise RequestError("tool_choice forces a tool call and response_format a JSON reply: ask for one",
@@ -137,6 +143,12 @@ class _Fields:
         if not isinstance(body, dict):
             raise RequestError("the request body is not a JSON object")
         self.body = body
+        for name in NOT_DONE:
+            if body.get(name) is not None:
+                raise RequestError(f"{name} is not supported by this server", name, "unsupported_parameter")
+        modalities = body.get("modalities")
+        if modalities is not None and modalities != ["text"]:
+            raise RequestError("modalities: this server answers in text only", "modalities", "unsupported_parameter")
         requested = body.get("model")
         if requested is not None and requested != model:
             raise RequestError(f"the model {requested!r} does not exist: this server serves {model!r}", "model",

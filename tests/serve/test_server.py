@@ -285,6 +285,8 @@ def _accepts(schema: dict, value) -> bool:
       "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "/chat/completions", 400, "not among the tools"),
     ({"model": "tiny", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
      "/chat/completions", 400, "text parts only"),
+    ({"model": "tiny", "prompt": "x", "logit_bias": {"5": 10}}, "/completions", 400,
+     "logit_bias is not supported by this server"),
     ({}, "/embeddings", 404, "no route /v1/embeddings"),
 ])
 def test_a_bad_request_is_one_openai_shaped_error(served, body, route, status, message):
