@@ -89,6 +89,8 @@ bench: $(VENV)/.bench-installed native
 	$(PY) bench/bench_hybrid.py --family qwen3_5
 	$(PY) bench/bench_hybrid.py --family lfm2
 	$(PY) bench/bench_hybrid.py --family mamba2
+	$(PY) bench/bench_serve.py
+	$(PY) bench/bench_grammar.py
 
 clean:
 	rm -rf $(VENV) out build *.egg-info
