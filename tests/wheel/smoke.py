@@ -3,12 +3,16 @@
 every stage (attention kept whole by the fused-call retargeting, a quantized layer),
 runs it on the Python runtime, checks the error before the native backend is built,
 builds it from the installed package (`etmlx build-native`) and runs it on ExecuTorch's
-C++ runtime. Not collected by pytest: it needs that venv."""
+C++ runtime; then, with the ``serve`` extra, exports a tiny language model and asks
+``etmlx serve`` for a chat reply over HTTP. Not collected by pytest: it needs that venv."""
 
+import json
 import pathlib
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 
 import torch
 
@@ -59,7 +63,48 @@ def main() -> int:
     native = etmlx.load(path, runtime="executorch")
     torch.testing.assert_close(native.forward(x), etmlx.load(path).forward(x), atol=1e-5, rtol=1e-5)
     print("executorch runtime: ok")
+    serve(work, etmlx_command)
     return 0
+
+
+def serve(work: pathlib.Path, etmlx_command: pathlib.Path) -> None:
+    """A random tiny Llama and a trained tokenizer, exported and served; one chat reply."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
+    bpe.pre_tokenizer, bpe.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    bpe.train_from_iterator(["hello world, a model served from a wheel"], trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    tokenizer.chat_template = "{% for m in messages %}<s>{{ m['content'] }}</s>{% endfor %}<s>"
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    LlamaForCausalLM(config).save_pretrained(work / "llm")
+    tokenizer.save_pretrained(work / "llm")
+    subprocess.run([str(etmlx_command), "export-llm", str(work / "llm"), "-o", str(work / "served" / "model.pte")],
+                   check=True)
+    log = work / "serve.log"
+    with open(log, "w") as stderr:
+        server = subprocess.Popen([str(etmlx_command), "serve", str(work / "served" / "model.pte"), "--port", "0"],
+                                  stderr=stderr)
+    try:
+        for _ in range(600):
+            if "serving " in log.read_text() or server.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert "serving served at " in log.read_text(), log.read_text()
+        url = log.read_text().split(" at ", 1)[1].split()[0]
+        body = json.dumps({"model": "served", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 4})
+        request = urllib.request.Request(url + "/chat/completions", body.encode(), {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            reply = json.loads(response.read())
+        assert reply["usage"]["completion_tokens"] >= 1 and reply["choices"][0]["finish_reason"], reply
+        print("etmlx serve: ok", reply["usage"])
+    finally:
+        server.terminate()
+        server.wait(30)
 
 
 if __name__ == "__main__":
