@@ -80,7 +80,10 @@ class Engine:
         if request.chat:
             if not getattr(self.tokenizer, "chat_template", None):
                 raise RequestError("this model's tokenizer has no chat template: use /v1/completions", "messages")
-            ids = template_ids(self.tokenizer, request.messages, request.tools)
+            try:
+                ids = template_ids(self.tokenizer, request.messages, request.tools)
+            except Exception as error:  # noqa: BLE001 (a template raises what it likes; the messages are the cause)
+                raise RequestError(f"the chat template refused these messages: {error}", "messages") from None
         elif isinstance(request.prompt, str):
             ids = self.tokenizer.encode(request.prompt)
         else:
