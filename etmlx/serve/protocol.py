@@ -128,12 +128,18 @@ def _common(fields, request: Request, default_temperature: float) -> None:
                     repetition_penalty=fields.number("repetition_penalty", 0, None, default=1.0),
                     frequency_penalty=fields.number("frequency_penalty", -2, 2, default=0.0),
                     presence_penalty=fields.number("presence_penalty", -2, 2, default=0.0),
-                    seed=fields.integer("seed", None, None, default=None))
+                    seed=_seed(fields.integer("seed", None, None, default=None)))
     try:
         request.sampling = Sampling(**settings)
     except GenerationError as error:
         name = str(error).split("=", 1)[0]
         raise RequestError(str(error), name) from None
+
+
+def _seed(seed):
+    """OpenAI takes any integer; numpy's generator, one of 0 to 2**64 - 1 (the same seed
+    still draws the same tokens)."""
+    return None if seed is None else seed % 2**64
 
 
 class _Fields:

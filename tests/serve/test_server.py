@@ -3,6 +3,7 @@ the official ``openai`` client (and raw HTTP for what a client library would not
 The model is a tiny random-weight checkpoint exported here; its chat template shows the
 tools it is given, in the Hermes / Qwen way."""
 
+import contextlib
 import json
 import os
 import random
@@ -47,15 +48,20 @@ def served(tmp_path_factory):
     tokenizer.save_pretrained(checkpoint)
     out = tmp_path_factory.mktemp("tiny")
     assert main(["export-llm", checkpoint, "-o", str(out / "model.pte"), "--max-seq-len", "16"]) == 0
-    log = out / "serve.log"
+    with _serving(out / "model.pte") as url:
+        yield url, out / "model.pte", generation.load_tokenizer(str(out))
+
+
+@contextlib.contextmanager
+def _serving(pte, *options):
+    """``etmlx serve PTE`` on a free port, as a user starts it; its base URL."""
+    log = pte.parent / f"serve{len(options)}.log"
     etmlx_command = os.path.join(os.path.dirname(sys.executable), "etmlx")
     with open(log, "w") as stderr:
-        server = subprocess.Popen([etmlx_command, "serve", str(out / "model.pte"), "--port", "0", "--max-tokens", "16",
-                                   "--model-name", "tiny"],
-                                  stderr=stderr)
+        server = subprocess.Popen([etmlx_command, "serve", str(pte), "--port", "0", "--max-tokens", "16",
+                                   "--model-name", "tiny", *options], stderr=stderr)
     try:
-        url = _wait_for_url(log, server)
-        yield url, out / "model.pte", generation.load_tokenizer(str(out))
+        yield _wait_for_url(log, server)
     finally:
         server.terminate()
         server.wait(30)
@@ -149,6 +155,7 @@ def test_sampling_is_repeatable_by_seed_and_penalties_change_it(client):
         return client.completions.create(model="tiny", prompt="hello", max_tokens=16, **settings).choices[0].text
 
     assert text(temperature=1.0, seed=3) == text(temperature=1.0, seed=3) != text(temperature=1.0, seed=4)
+    assert text(temperature=1.0, seed=-7) == text(temperature=1.0, seed=-7)  # any integer, as OpenAI takes
     assert text(frequency_penalty=2.0) != text()
 
 
@@ -229,6 +236,22 @@ def test_tools_reach_the_template_and_calls_come_back_parsed(client):
                           {"role": "tool", "tool_call_id": answer.message.tool_calls[0].id, "content": "sunny"}]
     reply = client.chat.completions.create(model="tiny", messages=history, max_tokens=4, tools=tools)
     assert reply.usage.prompt_tokens > with_tools.usage.prompt_tokens + len(answer.message.tool_calls[0].function.arguments)
+
+
+def test_the_executorch_runtime_serves_the_same_replies(served, client):
+    """The native runtime behind the server: the same greedy replies, and a conversation's
+    saved cache written back into it."""
+    from openai import OpenAI
+
+    first = [{"role": "user", "content": "hello there"}]
+    second = first + [{"role": "assistant", "content": "x"}, {"role": "user", "content": "more"}]
+    with _serving(served[1], "--runtime", "executorch") as url:
+        native = OpenAI(base_url=url, api_key="unused", max_retries=0)
+        for messages in (first, second, [{"role": "user", "content": "other"}], first):
+            expected, got = (c.chat.completions.create(model="tiny", messages=messages, max_tokens=12)
+                             for c in (client, native))
+            assert got.choices[0].message.content == expected.choices[0].message.content
+        assert got.usage.prompt_tokens_details.cached_tokens == got.usage.prompt_tokens - 1  # written back
 
 
 @pytest.mark.parametrize("response_format, schema", [
