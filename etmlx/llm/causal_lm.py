@@ -38,7 +38,7 @@ RECURRENT_STATE_METHOD = "use_recurrent_state"
 
 
 def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_step: int = WINDOW_STEP,
-                   sample_on_device: bool = False, kv_bits=None, kv_group_size: int = 64) -> dict:
+                   sample_on_device: bool = False, kv_bits=None, kv_group_size: int = 64, verify: bool = False) -> dict:
     """``{"forward": ExportedProgram, "get_max_seq_len": ..., ...}`` of a Hugging Face
     causal LM (for ``etmlx.export_methods``): ``forward`` takes 1 to ``max_seq_len`` tokens
     per call; the cache holds ``max_context_len`` tokens (default: the model's
@@ -46,12 +46,15 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
     ``sample_on_device`` adds ``sample`` (``windowed_cache.SampledCausalLM``): the same
     call, returning the next token id drawn inside the MLX delegate, over the same cache.
     ``kv_bits`` (4 or 8): the full-attention layers' caches quantized, in groups of
-    ``kv_group_size`` values of a head (``etmlx.llm.quantized_cache``)."""
+    ``kv_group_size`` values of a head (``etmlx.llm.quantized_cache``). ``verify`` adds
+    ``verify`` (``windowed_cache.VerifyingCausalLM``): the same call returning every
+    position's logits, for a speculative decoder's target (``etmlx.llm.speculative``)."""
     import torch
     from torch.export import Dim
 
     from .attention_probe import probe
-    from .windowed_cache import SampledCausalLM, WindowedCausalLM, attends_through_window, windowed_attention
+    from .windowed_cache import (SampledCausalLM, VerifyingCausalLM, WindowedCausalLM, attends_through_window,
+                                 windowed_attention)
 
     refuse_recurrent_layers(model.config)
     if not isinstance(window_step, int) or window_step < 1:
@@ -69,6 +72,9 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
         settings = (torch.tensor([1.0]), torch.tensor([0]), torch.tensor([1.0]), torch.tensor([0.0]), torch.tensor([0.5]))
         traced["sample"] = (SampledCausalLM(model, max_context_len, window_step, max_seq_len, **cache), inputs + settings,
                             ({1: seq}, {0: seq}) + (None,) * len(settings))
+    if verify:
+        traced["verify"] = (VerifyingCausalLM(model, max_context_len, window_step, max_seq_len, **cache), inputs,
+                            ({1: seq}, {0: seq}))
     attention = any(shape is not None for shape in probe(model).layer_shapes)
     if probe(model).through_interface or not attention:  # (Mamba2 has no attention to route)
         programs = _trace(model, traced, windowed_attention(model))

@@ -34,6 +34,8 @@ def add_commands(commands) -> None:
                         "quantization group: 32, 64 or 128 (default 64)")
     export.add_argument("--sample-on-device", action="store_true", help="also write a `sample` method that draws "
                         "the next token inside the MLX delegate (generate and chat use it when sampling)")
+    export.add_argument("--verify", action="store_true", help="also write a `verify` method that returns every "
+                        "position's logits: the target of speculative decoding (generate --draft)")
     export.set_defaults(handler=_export_llm)
 
     for name, helps in (("generate", "generate text from a prompt"), ("chat", "a conversation on stdin, "
@@ -43,6 +45,11 @@ def add_commands(commands) -> None:
         if name == "generate":
             command.add_argument("--prompt", required=True)
             command.add_argument("--stop", action="append", default=[], help="a string that ends the text (repeatable)")
+            command.add_argument("--draft", metavar="DRAFT.pte", help="decode speculatively: a smaller model of the "
+                                 "same tokenizer proposes tokens that this one (exported with --verify) checks in one "
+                                 "call; the text is the same as without, greedy or sampled")
+            command.add_argument("--num-draft-tokens", type=_positive, default=4,
+                                 help="tokens the draft proposes per check (default 4)")
         else:
             command.add_argument("--system", help="a system message to start the conversation with")
             command.add_argument("--prompt-cache", metavar="FILE", help="continue the conversation saved in FILE "
@@ -92,7 +99,7 @@ def _export_llm(args) -> int:
         result = export_llm(args.model, args.output, max_context=args.max_context, max_seq_len=args.max_seq_len,
                             quantize=args.quantize, group_size=args.group_size, dtype=args.dtype,
                             sample_on_device=args.sample_on_device, kv_bits=args.kv_bits,
-                            kv_group_size=args.kv_group_size, progress=_progress)
+                            kv_group_size=args.kv_group_size, verify=args.verify, progress=_progress)
     print(f"wrote {result.path} ({result.size_bytes} bytes); {result.report.summary()}")
     if args.quantize:
         print(f"quantized to {args.quantize}: {len(result.quantized)} layer(s)")
@@ -139,16 +146,43 @@ def _note_half_precision_on_the_cpu(path) -> None:
 
 
 def _generate(args) -> int:
-    from .generation import Stats, generate
+    from .generation import Stats, generate, stream_text
 
     session, tokenizer, sampling = _session(args)
     stats = Stats()
-    for piece in generate(session, tokenizer, args.prompt, args.max_new_tokens, sampling, tuple(args.stop), stats):
+    if args.draft:
+        tokens = _speculative_tokens(args, session, tokenizer, sampling, stats)
+        pieces = stream_text(tokenizer, tokens, tuple(args.stop), stats, session.eos_ids)
+    else:
+        pieces = generate(session, tokenizer, args.prompt, args.max_new_tokens, sampling, tuple(args.stop), stats)
+    for piece in pieces:
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
     print(stats.summary(), file=sys.stderr)
     return 0
+
+
+def _speculative_tokens(args, target, tokenizer, sampling, stats):
+    """The token ids of ``--draft``'s speculative decoding, the draft loaded on the same
+    runtime; a draft whose folder holds another tokenizer is refused."""
+    from etmlx import load
+    from .generation import GenerationError, Session
+    from .speculative import speculative_decode
+
+    folders = [args.tokenizer or os.path.dirname(os.path.abspath(args.pte)), os.path.dirname(os.path.abspath(args.draft))]
+    files = [os.path.join(folder, "tokenizer.json") for folder in folders]
+    if all(os.path.isfile(f) for f in files) and _read(files[0]) != _read(files[1]):
+        raise GenerationError(f"{files[1]} is not the target's tokenizer ({files[0]}): a draft must share it")
+    draft = Session(load(args.draft, runtime=args.runtime))
+    ids = tokenizer.encode(args.prompt)
+    steps = speculative_decode(target, draft, ids, args.max_new_tokens, sampling, args.num_draft_tokens, stats)
+    return (step.token for step in steps)
+
+
+def _read(path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def _chat(args) -> int:

@@ -25,7 +25,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, quantize=None, group_size=64,
                dtype=None, sample_on_device: bool = False, kv_bits=None, kv_group_size: int = 64,
-               progress=None):
+               verify: bool = False, progress=None):
     """Exports the causal LM in ``model_dir`` (a checkpoint folder, a Hugging Face Hub id,
     ``checkpoint_folder``, or a ``.gguf`` file, its quantized weights kept as they are:
     ``gguf_model``) to ``output``; returns the ExportResult, whose ``quantized`` names
@@ -37,7 +37,8 @@ def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, q
     recipe ("mixed_4_6"), as ``etmlx.export`` takes them, per ``group_size``; ``dtype``:
     of the weights and activations (default: the checkpoint's, read in place from its
     memory-mapped files; a GGUF file's: float32); ``sample_on_device``: also a ``sample`` method; ``kv_bits``
-    (4 or 8): a quantized KV cache, in groups of ``kv_group_size`` (``causal_lm.export_methods``).
+    (4 or 8): a quantized KV cache, in groups of ``kv_group_size``; ``verify``: also a ``verify``
+    method, every position's logits, for speculative decoding (``causal_lm.export_methods``).
     ``progress(stage, seconds)`` is told of each stage as it ends.
 
     On Linux with glibc, exporting a GGUF file changes the process's mmap threshold
@@ -48,12 +49,13 @@ def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, q
         raise ExportError(f"dtype={dtype!r}: expected one of {', '.join(DTYPES)}")
     decoding = large_blocks_apart() if gguf_model.is_gguf(model_dir) else contextlib.nullcontext()
     with deferred.scope(), decoding:  # quantized weights' integers are computed as they are packed
-        return _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_size, dtype, sample_on_device,
-                           kv_bits, kv_group_size, progress or (lambda stage, seconds: None))
+        methods = dict(sample_on_device=sample_on_device, kv_bits=kv_bits, kv_group_size=kv_group_size, verify=verify)
+        return _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_size, dtype, methods,
+                           progress or (lambda stage, seconds: None))
 
 
-def _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_size, dtype, sample_on_device, kv_bits,
-                kv_group_size, report):
+def _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_size, dtype, method_options: dict,
+                report):
     import torch
 
     from etmlx.exporter import export_methods
@@ -83,8 +85,7 @@ def _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_siz
         formats = formats_of(model, quantized)
         report("quantize", time.perf_counter() - started)  # scales; the integers as they are packed
     started = time.perf_counter()
-    methods = causal_lm.export_methods(model, min(max_seq_len, capacity), capacity, sample_on_device=sample_on_device,
-                                       kv_bits=kv_bits, kv_group_size=kv_group_size)
+    methods = causal_lm.export_methods(model, min(max_seq_len, capacity), capacity, **method_options)
     report("trace", time.perf_counter() - started)
     started = time.perf_counter()
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)

@@ -148,6 +148,8 @@ class Stats:
     peak_memory_mib: float = 0.0
     stop_reason: str = ""  # "eos", "stop string", "max_new_tokens", "context" or "constraint"
     cached_tokens: int = 0  # of the prompt, held by the cache already (decode_after): not fed
+    draft_proposed: int = 0  # speculative decoding: tokens the draft proposed, and those the target kept
+    draft_accepted: int = 0
 
     @property
     def prefill_tokens_per_s(self) -> float:
@@ -161,7 +163,8 @@ class Stats:
     def summary(self) -> str:
         return (f"prompt {self.prompt_tokens} tokens, generated {self.generated_tokens} ({self.stop_reason}); "
                 f"time to first token {self.time_to_first_token * 1e3:.1f} ms, prefill {self.prefill_tokens_per_s:.1f} "
-                f"tokens/s, decode {self.decode_tokens_per_s:.1f} tokens/s; peak memory {self.peak_memory_mib:.0f} MiB")
+                f"tokens/s, decode {self.decode_tokens_per_s:.1f} tokens/s; peak memory {self.peak_memory_mib:.0f} MiB"
+                + (f"; draft tokens accepted {self.draft_accepted}/{self.draft_proposed}" if self.draft_proposed else ""))
 
 
 @dataclass
@@ -223,6 +226,15 @@ class Session:
                     (sampling.top_p, np.float32), (sampling.min_p, np.float32), (uniform, np.float32))]
         return int(np.asarray(self._call("sample", tokens[last:], *settings)).reshape(-1)[0])
 
+    def verify(self, tokens: list) -> np.ndarray:
+        """Runs ``tokens`` (at most ``get_max_seq_len``) at the next positions through the
+        file's ``verify``; every position's logits, [n, vocab]."""
+        if "verify" not in self.program.method_names:
+            raise GenerationError("this program has no verify method: export the target with --verify (etmlx "
+                                  "export-llm) to decode speculatively")
+        self._check_room(len(tokens))
+        return np.asarray(self._call("verify", tokens)).reshape(len(tokens), -1)
+
     def _check_room(self, count: int) -> None:
         if self.position + count > self.context:
             held = f" after the {self.position} the cache holds" if self.position else ""
@@ -282,7 +294,7 @@ def decode(session: Session, prompt: list, max_new_tokens: int, sampling: Sampli
             constraint.accept(step.token)
         stats.generated_tokens = produced + 1
         stats.decode_seconds = time.perf_counter() - decoding
-        stats.peak_memory_mib = _peak_rss_mib()
+        stats.peak_memory_mib = peak_rss_mib()
         yield step
         if stop_at_eos and step.token in session.eos_ids:
             stats.stop_reason = "eos"
@@ -343,7 +355,7 @@ def generate_tokens(session: Session, prompt: list, max_new_tokens: int, samplin
         yield step.token
 
 
-def _peak_rss_mib() -> float:
+def peak_rss_mib() -> float:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1 << 20 if sys.platform == "darwin" else 1 << 10)
 

@@ -77,7 +77,7 @@ class WindowedCausalLM(torch.nn.Module):
         if self.rings:
             self.rings.call(self.cached.static_cache, start, tokens.shape[1], self.ring_end)
         parameters = inspect.signature(self.cached.model.forward).parameters
-        last_only = {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}
+        last_only = {"logits_to_keep": 1} if "logits_to_keep" in parameters and self.last_only else {}
         # the call's positions, to a model that would number every call's tokens from 0
         positions = {"position_ids": written[None]} if self.numbers_calls_from_zero else {}
         # for windowed_sdpa: not every family passes its call's kwargs on to attention
@@ -91,7 +91,19 @@ class WindowedCausalLM(torch.nn.Module):
             _TRACING.window = _TRACING.rings = _TRACING.quantized = None
             self.rings.forget(self.cached.static_cache)
             end_call(self.cached.static_cache, self.recurrent)
-        return outputs.logits[:, -1, :]
+        return outputs.logits[:, -1, :] if self.last_only else outputs.logits
+
+    last_only = True
+
+
+class VerifyingCausalLM(WindowedCausalLM):
+    """``verify(tokens [1, n], cache_position [n]) -> logits [1, n, vocab]``: the same call
+    as ``forward``, returning every position's logits, which a speculative decoder's
+    target needs to check n - 1 drafted tokens in one call (``etmlx.llm.speculative``).
+    Its buffers carry ``WindowedCausalLM``'s names, so both methods share one cache;
+    ``forward`` keeps computing the last position's logits only."""
+
+    last_only = False
 
 
 class SampledCausalLM(WindowedCausalLM):
