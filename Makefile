@@ -92,6 +92,7 @@ bench: $(VENV)/.bench-installed native
 	$(PY) bench/bench_hybrid.py --family mamba2
 	$(PY) bench/bench_serve.py
 	$(PY) bench/bench_grammar.py
+	$(PY) bench/bench_speculative.py --noise 0.0 0.1 0.2
 
 clean:
 	rm -rf $(VENV) out build *.egg-info
