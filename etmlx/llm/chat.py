@@ -6,15 +6,22 @@ load (``save``, ``restore``)."""
 
 from . import prompt_cache
 from .generation import GenerationError, Sampling, Session, Stats, decode_after, stream_text
+from .speculative import check_pair, speculative_decode
 
 
 class Chat:
     def __init__(self, session: Session, tokenizer, sampling: Sampling = Sampling(), max_new_tokens: int = 128,
-                 system=None):
+                 system=None, draft: Session | None = None, num_draft_tokens: int = 4):
+        """``draft``: a smaller model of the same tokenizer that proposes
+        ``num_draft_tokens`` at a time for ``session`` (exported with ``verify``) to check
+        (``etmlx.llm.speculative``); its cache carries across turns too."""
         if not getattr(tokenizer, "chat_template", None):
             raise GenerationError("this tokenizer has no chat template (tokenizer_config.json's chat_template): "
                                   "use etmlx generate")
         self.session, self.tokenizer, self.sampling, self.max_new_tokens = session, tokenizer, sampling, max_new_tokens
+        self.draft, self.num_draft_tokens = draft, num_draft_tokens
+        if draft is not None:
+            check_pair(session, draft, num_draft_tokens)
         self.system = [{"role": "system", "content": system}] if system else []
         self.stats = Stats()
         self.reset()
@@ -27,7 +34,7 @@ class Chat:
     def reset(self) -> None:
         """Starts over: the cache's contents are forgotten (and overwritten as it refills)."""
         self.messages = list(self.system)
-        self.cached = []  # the token ids the cache holds, from position 0
+        self.cached = self.draft_cached = []  # the token ids each cache holds, from position 0
         self.session.position = 0
 
     def save(self, path) -> None:
@@ -48,7 +55,7 @@ class Chat:
         if len(tokens) > self.session.context:
             raise prompt_cache.PromptCacheError(f"{path} holds {len(tokens)} tokens, past the context of "
                                                 f"{self.session.context}")
-        self.messages, self.cached = messages, tokens
+        self.messages, self.cached, self.draft_cached = messages, tokens, []  # the draft prefills again
         self.session.position = len(tokens)
 
     def reply(self, text: str):
@@ -61,8 +68,14 @@ class Chat:
                                   f"{self.session.context}: /reset to start over")
         self.stats, generated = Stats(), []
 
+        if self.draft is None:
+            steps = decode_after(self.session, self.cached, ids, self.max_new_tokens, self.sampling, self.stats)
+        else:
+            steps = speculative_decode(self.session, self.draft, ids, self.max_new_tokens, self.sampling,
+                                       self.num_draft_tokens, self.stats, held=(self.cached, self.draft_cached))
+
         def tokens():
-            for step in decode_after(self.session, self.cached, ids, self.max_new_tokens, self.sampling, self.stats):
+            for step in steps:
                 generated.append(step.token)
                 yield step.token
 
@@ -71,6 +84,8 @@ class Chat:
             pieces.append(piece)
             yield piece
         self.cached = (ids + generated)[: self.session.position]
+        if self.draft is not None:
+            self.draft_cached = (ids + generated)[: self.draft.position]
         self.messages.append({"role": "assistant", "content": "".join(pieces)})
 
 

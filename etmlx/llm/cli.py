@@ -35,7 +35,7 @@ def add_commands(commands) -> None:
     export.add_argument("--sample-on-device", action="store_true", help="also write a `sample` method that draws "
                         "the next token inside the MLX delegate (generate and chat use it when sampling)")
     export.add_argument("--verify", action="store_true", help="also write a `verify` method that returns every "
-                        "position's logits: the target of speculative decoding (generate --draft)")
+                        "position's logits: the target of speculative decoding (generate and chat --draft)")
     export.set_defaults(handler=_export_llm)
 
     for name, helps in (("generate", "generate text from a prompt"), ("chat", "a conversation on stdin, "
@@ -45,16 +45,16 @@ def add_commands(commands) -> None:
         if name == "generate":
             command.add_argument("--prompt", required=True)
             command.add_argument("--stop", action="append", default=[], help="a string that ends the text (repeatable)")
-            command.add_argument("--draft", metavar="DRAFT.pte", help="decode speculatively: a smaller model of the "
-                                 "same tokenizer proposes tokens that this one (exported with --verify) checks in one "
-                                 "call; the text is the same as without, greedy or sampled")
-            command.add_argument("--num-draft-tokens", type=_positive, default=4,
-                                 help="tokens the draft proposes per check (default 4)")
         else:
             command.add_argument("--system", help="a system message to start the conversation with")
             command.add_argument("--prompt-cache", metavar="FILE", help="continue the conversation saved in FILE "
                                  "(its KV cache restored: nothing is prefilled again) and save it there after each "
                                  "turn; FILE is made by the first turn when it does not exist")
+        command.add_argument("--draft", metavar="DRAFT.pte", help="decode speculatively: a smaller model of the "
+                             "same tokenizer proposes tokens that this one (exported with --verify) checks in one "
+                             "call; the text is the same as without, greedy or sampled")
+        command.add_argument("--num-draft-tokens", type=_positive, default=4,
+                             help="tokens the draft proposes per check (default 4)")
         command.add_argument("--max-new-tokens", type=_positive, default=128)
         command.add_argument("--temperature", type=float, default=0.0, help="0: greedy (the default)")
         command.add_argument("--top-k", type=int, default=0)
@@ -151,8 +151,11 @@ def _generate(args) -> int:
     session, tokenizer, sampling = _session(args)
     stats = Stats()
     if args.draft:
-        tokens = _speculative_tokens(args, session, tokenizer, sampling, stats)
-        pieces = stream_text(tokenizer, tokens, tuple(args.stop), stats, session.eos_ids)
+        from .speculative import speculative_decode
+
+        steps = speculative_decode(session, _draft(args), tokenizer.encode(args.prompt), args.max_new_tokens, sampling,
+                                   args.num_draft_tokens, stats)
+        pieces = stream_text(tokenizer, (step.token for step in steps), tuple(args.stop), stats, session.eos_ids)
     else:
         pieces = generate(session, tokenizer, args.prompt, args.max_new_tokens, sampling, tuple(args.stop), stats)
     for piece in pieces:
@@ -163,21 +166,17 @@ def _generate(args) -> int:
     return 0
 
 
-def _speculative_tokens(args, target, tokenizer, sampling, stats):
-    """The token ids of ``--draft``'s speculative decoding, the draft loaded on the same
-    runtime; a draft whose folder holds another tokenizer is refused."""
+def _draft(args):
+    """``--draft``'s session, on the same runtime; a draft whose folder holds another
+    tokenizer than the target's is refused."""
     from etmlx import load
     from .generation import GenerationError, Session
-    from .speculative import speculative_decode
 
     folders = [args.tokenizer or os.path.dirname(os.path.abspath(args.pte)), os.path.dirname(os.path.abspath(args.draft))]
     files = [os.path.join(folder, "tokenizer.json") for folder in folders]
     if all(os.path.isfile(f) for f in files) and _read(files[0]) != _read(files[1]):
         raise GenerationError(f"{files[1]} is not the target's tokenizer ({files[0]}): a draft must share it")
-    draft = Session(load(args.draft, runtime=args.runtime))
-    ids = tokenizer.encode(args.prompt)
-    steps = speculative_decode(target, draft, ids, args.max_new_tokens, sampling, args.num_draft_tokens, stats)
-    return (step.token for step in steps)
+    return Session(load(args.draft, runtime=args.runtime))
 
 
 def _read(path) -> bytes:
@@ -189,7 +188,9 @@ def _chat(args) -> int:
     from .chat import Chat
 
     session, tokenizer, sampling = _session(args)
-    chat = Chat(session, tokenizer, sampling, args.max_new_tokens, system=args.system)
+    draft = _draft(args) if args.draft else None
+    chat = Chat(session, tokenizer, sampling, args.max_new_tokens, system=args.system, draft=draft,
+                num_draft_tokens=args.num_draft_tokens)
     if args.prompt_cache and os.path.exists(args.prompt_cache):
         chat.restore(args.prompt_cache)
         print(f"(continuing {args.prompt_cache}: {len(chat.cached)} tokens held)", file=sys.stderr)

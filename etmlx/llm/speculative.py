@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from .causal_lm import RECURRENT_STATE_METHOD
-from .generation import GenerationError, Sampler, Sampling, Session, Stats, Step, peak_rss_mib
+from .generation import GenerationError, Sampler, Sampling, Session, Stats, Step, common_prefix, peak_rss_mib
 
 
 def check_pair(target: Session, draft: Session, k: int) -> None:
@@ -64,11 +64,13 @@ def accept(target_rows: np.ndarray, draft_rows: np.ndarray, drafted: list, rando
 
 def speculative_decode(target: Session, draft: Session, prompt: list, max_new_tokens: int,
                        sampling: Sampling = Sampling(), k: int = 4, stats: Stats | None = None,
-                       stop_at_eos: bool = True):
-    """Yields up to ``max_new_tokens`` ``Step``s after ``prompt`` (ids), as
-    ``generation.decode`` does, with ``draft`` proposing ``k`` tokens at a time for
-    ``target`` to check; both sessions start from position 0. ``stats.draft_proposed``
-    and ``stats.draft_accepted`` count the drafted tokens."""
+                       stop_at_eos: bool = True, held: tuple = ((), ())):
+    """Yields up to ``max_new_tokens`` ``Step``s after ``prompt`` (ids: the whole context,
+    from position 0), as ``generation.decode`` does, with ``draft`` proposing ``k`` tokens
+    at a time for ``target`` to check. ``held``: the ids the target's and the draft's
+    caches hold (``etmlx chat``'s conversation so far): only what follows the prefix they
+    share with ``prompt`` is fed. ``stats.draft_proposed`` and ``stats.draft_accepted``
+    count the drafted tokens; ``stats.cached_tokens`` the target's prompt ids not fed."""
     check_pair(target, draft, k)
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise GenerationError(f"max_new_tokens={max_new_tokens!r}: expected a whole number, 0 or more")
@@ -78,6 +80,8 @@ def speculative_decode(target: Session, draft: Session, prompt: list, max_new_to
     sampler = Sampler(sampling)
     random = sampler.random.random
     history, start = list(prompt), len(prompt)
+    fed_from = target.rewind(common_prefix(list(held[0]), history[:-1]))
+    pending = history[draft.rewind(common_prefix(list(held[1]), history)):]  # what the draft has not fed, before ``token``
 
     def distribution(logits, drafted=()):
         return sampler.probabilities(logits, history + list(drafted), history[start:] + list(drafted))
@@ -85,11 +89,10 @@ def speculative_decode(target: Session, draft: Session, prompt: list, max_new_to
     def drawn(probabilities) -> int:
         return int(np.argmax(probabilities)) if sampling.temperature == 0 else Sampler.draw(probabilities, random())
 
-    stats.prompt_tokens, stats.stop_reason = len(prompt), "max_new_tokens"
+    stats.prompt_tokens, stats.stop_reason = start - fed_from, "max_new_tokens"  # fed, as decode counts them
     started = time.perf_counter()
-    target.position = draft.position = 0
-    token = drawn(distribution(target.feed(list(prompt))))
-    pending = list(prompt)  # what the draft has not fed yet, before ``token``
+    stats.cached_tokens = fed_from
+    token = drawn(distribution(target.feed(history[fed_from:])))
     stats.time_to_first_token = time.perf_counter() - started
     decoding, produced = time.perf_counter(), 0
     while True:

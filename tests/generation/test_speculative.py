@@ -76,6 +76,22 @@ def test_the_acceptance_rule_keeps_the_targets_distribution():
     assert speculative.accept(greedy_p, greedy_q, [1, 2, 0], rng.random) == (2, 3)  # the target's argmax at the miss
 
 
+@pytest.mark.parametrize("runtime", etmlx.RUNTIMES)
+def test_chat_with_a_draft_replies_as_without_and_keeps_both_caches(pair, runtime):
+    from etmlx.llm.chat import Chat
+
+    target, draft = pair
+    tokenizer = generation.load_tokenizer(str(target.parent))
+    plain = Chat(_session(target, runtime), tokenizer, max_new_tokens=16)
+    drafted = Chat(_session(target, runtime), tokenizer, max_new_tokens=16, draft=_session(draft, runtime),
+                   num_draft_tokens=3)
+    for text in ("hello", "how are you", "the quick brown fox"):
+        assert "".join(drafted.reply(text)) == "".join(plain.reply(text))
+        assert drafted.stats.draft_proposed > 0
+    assert drafted.fed_from == plain.fed_from > 0  # the last turn fed only its own message
+    assert len(drafted.draft_cached) > drafted.fed_from  # and the draft's cache carried too
+
+
 def test_generate_with_a_draft_prints_the_same_text(pair, capsys):
     target, draft = pair
     assert main(["generate", str(target), "--prompt", PROMPT, "--max-new-tokens", "24"]) == 0
