@@ -167,16 +167,22 @@ def _generate(args) -> int:
 
 
 def _draft(args):
-    """``--draft``'s session, on the same runtime; a draft whose folder holds another
-    tokenizer than the target's is refused."""
+    """``--draft``'s session, on the same runtime (``check_draft_tokenizer`` first)."""
     from etmlx import load
-    from .generation import GenerationError, Session
+    from .generation import Session
 
-    folders = [args.tokenizer or os.path.dirname(os.path.abspath(args.pte)), os.path.dirname(os.path.abspath(args.draft))]
-    files = [os.path.join(folder, "tokenizer.json") for folder in folders]
+    check_draft_tokenizer(args.tokenizer or os.path.dirname(os.path.abspath(args.pte)), args.draft)
+    return Session(load(args.draft, runtime=args.runtime))
+
+
+def check_draft_tokenizer(tokenizer_folder, draft_pte) -> None:
+    """Refuses a draft whose folder holds another ``tokenizer.json`` than the target's."""
+    from .generation import GenerationError
+
+    files = [os.path.join(tokenizer_folder, "tokenizer.json"),
+             os.path.join(os.path.dirname(os.path.abspath(draft_pte)), "tokenizer.json")]
     if all(os.path.isfile(f) for f in files) and _read(files[0]) != _read(files[1]):
         raise GenerationError(f"{files[1]} is not the target's tokenizer ({files[0]}): a draft must share it")
-    return Session(load(args.draft, runtime=args.runtime))
 
 
 def _read(path) -> bytes:

@@ -26,6 +26,11 @@ def add_command(commands) -> None:
                        help="when a request does not say (default 0: greedy, as etmlx chat)")
     serve.add_argument("--prompt-cache-mib", type=int, default=512, help="memory for the KV caches kept across "
                        "requests, so a conversation's next turn prefills only its new tokens (default 512; 0: none)")
+    serve.add_argument("--draft", metavar="DRAFT.pte", help="decode speculatively with this smaller model of the "
+                       "same tokenizer (the served one exported with --verify); requests with a grammar or logprobs "
+                       "decode without it")
+    serve.add_argument("--num-draft-tokens", type=_positive, default=4,
+                       help="tokens the draft proposes per check (default 4)")
     serve.add_argument("--runtime", choices=("python", "executorch"), default="python")
     serve.add_argument("--tokenizer", help="tokenizer.json or its folder (default: the .pte's folder)")
     serve.set_defaults(handler=_serve)
@@ -40,19 +45,25 @@ def _serve(args) -> int:
     import uvicorn
 
     from etmlx import load
-    from etmlx.llm.cli import _note_half_precision_on_the_cpu
+    from etmlx.llm.cli import _note_half_precision_on_the_cpu, check_draft_tokenizer
     from etmlx.llm.generation import load_tokenizer
     from .app import make_app
     from .engine import Engine
 
-    if not os.path.isfile(args.pte):
-        raise EtMlxError(f"no such file: {args.pte}")
+    for path in (args.pte, args.draft):
+        if path and not os.path.isfile(path):
+            raise EtMlxError(f"no such file: {path}")
     if args.prompt_cache_mib < 0:
         raise EtMlxError(f"--prompt-cache-mib {args.prompt_cache_mib}: expected 0 or more")
     name = args.model_name or _default_name(args.pte)
-    tokenizer = load_tokenizer(args.tokenizer or os.path.dirname(os.path.abspath(args.pte)))
+    tokenizer_folder = args.tokenizer or os.path.dirname(os.path.abspath(args.pte))
+    tokenizer = load_tokenizer(tokenizer_folder)
+    load_draft = None
+    if args.draft:
+        check_draft_tokenizer(tokenizer_folder, args.draft)
+        load_draft = lambda: load(args.draft, runtime=args.runtime)  # noqa: E731
     engine = Engine(lambda: load(args.pte, runtime=args.runtime), tokenizer, name, args.max_tokens,
-                    args.prompt_cache_mib << 20, args.temperature)
+                    args.prompt_cache_mib << 20, args.temperature, load_draft, args.num_draft_tokens)
     _note_half_precision_on_the_cpu(args.pte)
     listener = socket.create_server((args.host, args.port))
     host, port = listener.getsockname()[:2]

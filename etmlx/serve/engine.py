@@ -16,6 +16,7 @@ import numpy as np
 
 from etmlx.llm.chat import template_ids
 from etmlx.llm.generation import GenerationError, Session, Stats, decode_after, stream_text
+from etmlx.llm.speculative import check_pair, speculative_decode
 from . import grammar, tool_calls
 from .protocol import Request, RequestError
 from .saved_prompts import SavedPrompts
@@ -54,18 +55,22 @@ class Job:
 
 
 class Engine:
-    """``load()`` returns the program (``etmlx.load``'s); it is called on the worker."""
+    """``load()`` returns the program (``etmlx.load``'s); it is called on the worker, as
+    ``load_draft()`` is, which returns a draft model's program for speculative decoding
+    (``etmlx.llm.speculative``) of requests that need no grammar and no logprobs."""
 
     def __init__(self, load, tokenizer, name: str, max_tokens: int = 512, saved_bytes: int = 512 << 20,
-                 temperature: float = 0.0):
+                 temperature: float = 0.0, load_draft=None, num_draft_tokens: int = 4):
         self.tokenizer, self.name, self.max_tokens, self.temperature = tokenizer, name, max_tokens, temperature
-        self.saved_bytes = saved_bytes
+        self.saved_bytes, self.num_draft_tokens = saved_bytes, num_draft_tokens
+        self.draft, self.draft_held = None, []
         self.worker_tokenizer = copy.deepcopy(tokenizer)  # a tokenizer is not shared between threads
         self.held = []  # the ids the live cache holds, from position 0
         self.grammar_tokens = None
         self.counts = {"requests": 0, "generated_tokens": 0}  # what /health reports
         self.jobs, loaded = queue.Queue(), queue.Queue()
-        threading.Thread(target=self._work, args=(load, loaded), name="etmlx-serve-engine", daemon=True).start()
+        threading.Thread(target=self._work, args=(load, load_draft, loaded), name="etmlx-serve-engine",
+                         daemon=True).start()
         failure = loaded.get()
         if failure is not None:
             raise failure
@@ -113,10 +118,14 @@ class Engine:
         except grammar.GrammarError as error:
             raise RequestError(str(error), "tool_choice" if request.forced_tools else "response_format") from None
 
-    def _work(self, load, loaded: queue.Queue) -> None:
+    def _work(self, load, load_draft, loaded: queue.Queue) -> None:
         try:
             self.session = Session(load())
             self.saved = SavedPrompts(self.session, self.saved_bytes)
+            if load_draft is not None:
+                self.draft = Session(load_draft())
+                check_pair(self.session, self.draft, self.num_draft_tokens)
+                self.counts.update(draft_proposed=0, draft_accepted=0)
         except Exception as error:  # noqa: BLE001 (raised again by __init__, on the caller's thread)
             loaded.put(error)
             return
@@ -137,7 +146,7 @@ class Engine:
 
     def _forget(self) -> None:
         """After a failed generation, nothing the cache holds is trusted."""
-        self.held = []
+        self.held = self.draft_held = []
         self.session.position = 0
 
     def _run(self, job: Job) -> Finished:
@@ -146,8 +155,13 @@ class Engine:
         stats, generated = Stats(), []
         max_tokens = min(request.max_tokens or self.max_tokens, self.context - len(ids))
         held = tool_calls.Held() if request.parses_tool_calls else None
-        steps = decode_after(self.session, self.held, ids, max_tokens, request.sampling, stats,
-                             constraint=job.constraint, logits=request.logprobs)
+        drafting = self.draft is not None and job.constraint is None and not request.logprobs
+        if drafting:
+            steps = speculative_decode(self.session, self.draft, ids, max_tokens, request.sampling,
+                                       self.num_draft_tokens, stats, held=(self.held, self.draft_held))
+        else:
+            steps = decode_after(self.session, self.held, ids, max_tokens, request.sampling, stats,
+                                 constraint=job.constraint, logits=request.logprobs)
         self.held = []  # until the generation ends, the cache holds what it is writing
 
         def tokens():
@@ -167,6 +181,10 @@ class Engine:
             if text or entries:
                 job.emit(Piece(text, entries))
         self.held = (ids + [step.token for step in generated])[: self.session.position]
+        if drafting:
+            self.draft_held = (ids + [step.token for step in generated])[: self.draft.position]
+            self.counts["draft_proposed"] += stats.draft_proposed
+            self.counts["draft_accepted"] += stats.draft_accepted
         rest, calls = held.finish() if held else ("", [])
         if not request.parallel_tool_calls:
             calls = calls[:1]

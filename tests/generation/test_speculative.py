@@ -102,6 +102,26 @@ def test_generate_with_a_draft_prints_the_same_text(pair, capsys):
     assert out.out == plain and "draft tokens accepted" in out.err
 
 
+def test_serve_with_a_draft_answers_as_without(pair):
+    """Greedy replies of a server that drafts equal a plain generation's; a request that
+    asks for logprobs decodes without the draft."""
+    from openai import OpenAI
+
+    from servers import health, serving
+
+    target, draft = pair
+    ids = generation.load_tokenizer(str(target.parent)).encode(PROMPT)
+    tokenizer = generation.load_tokenizer(str(target.parent))
+    expected = tokenizer.decode(list(generation.generate_tokens(_session(target), ids, 24)), skip_special_tokens=True)
+    with serving(target, "--draft", str(draft), "--num-draft-tokens", "3") as url:
+        client = OpenAI(base_url=url, api_key="unused", max_retries=0)
+        for logprobs in (None, 1):
+            reply = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=24, logprobs=logprobs)
+            assert reply.choices[0].text == expected
+        counts = health(url)
+        assert counts["draft_proposed"] > 0 and counts["requests"] == 2
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda t, d: None, "no verify method"),
     (lambda t, d: d.limits.update(get_vocab_size=99), "the draft's vocabulary of 99 tokens is not the target's 128"),

@@ -3,12 +3,8 @@ the official ``openai`` client (and raw HTTP for what a client library would not
 The model is a tiny random-weight checkpoint exported here; its chat template shows the
 tools it is given, in the Hermes / Qwen way."""
 
-import contextlib
 import json
-import os
 import random
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -21,6 +17,7 @@ from etmlx.cli import main
 from etmlx.llm import generation
 from etmlx.llm.chat import Chat, template_ids
 from examples import llm
+from servers import health, serving
 
 CONTEXT = 1024
 TOOLS_TEMPLATE = (
@@ -48,33 +45,8 @@ def served(tmp_path_factory):
     tokenizer.save_pretrained(checkpoint)
     out = tmp_path_factory.mktemp("tiny")
     assert main(["export-llm", checkpoint, "-o", str(out / "model.pte"), "--max-seq-len", "16"]) == 0
-    with _serving(out / "model.pte") as url:
+    with serving(out / "model.pte") as url:
         yield url, out / "model.pte", generation.load_tokenizer(str(out))
-
-
-@contextlib.contextmanager
-def _serving(pte, *options):
-    """``etmlx serve PTE`` on a free port, as a user starts it; its base URL."""
-    log = pte.parent / f"serve{len(options)}.log"
-    etmlx_command = os.path.join(os.path.dirname(sys.executable), "etmlx")
-    with open(log, "w") as stderr:
-        server = subprocess.Popen([etmlx_command, "serve", str(pte), "--port", "0", "--max-tokens", "16",
-                                   "--model-name", "tiny", *options], stderr=stderr)
-    try:
-        yield _wait_for_url(log, server)
-    finally:
-        server.terminate()
-        server.wait(30)
-
-
-def _wait_for_url(log, server) -> str:
-    for _ in range(600):
-        text = log.read_text()
-        if "serving " in text:
-            return text.split(" at ", 1)[1].split()[0]
-        assert server.poll() is None, text
-        time.sleep(0.1)
-    raise AssertionError(f"the server did not start: {log.read_text()}")
 
 
 @pytest.fixture(scope="module")
@@ -100,14 +72,9 @@ def _post(url: str, body, route: str = "/chat/completions") -> tuple:
         return error.code, json.loads(error.read())
 
 
-def _health(url: str) -> dict:
-    with urllib.request.urlopen(url.removesuffix("/v1") + "/health", timeout=30) as response:
-        return json.loads(response.read())
-
-
 def test_models_and_health(served, client):
     assert [m.id for m in client.models.list().data] == ["tiny"]
-    assert _health(served[0])["status"] == "ok"
+    assert health(served[0])["status"] == "ok"
 
 
 def test_greedy_chat_equals_etmlx_chat_plain_and_streamed(served, client, local):
@@ -199,7 +166,7 @@ def test_a_client_that_leaves_cancels_its_generation(served):
     body = {"model": "tiny", "prompt": "hello", "max_tokens": 400}
     whole = _post(url, body, "/completions")[1]["usage"]["completion_tokens"]
     assert whole > 60  # what the request costs when its client stays
-    before = _health(url)["generated_tokens"]
+    before = health(url)["generated_tokens"]
     body["stream"] = True
     address = urllib.parse.urlsplit(url)
     connection = http.client.HTTPConnection(address.hostname, address.port, timeout=60)
@@ -208,12 +175,12 @@ def test_a_client_that_leaves_cancels_its_generation(served):
     assert response.status == 200 and response.readline().startswith(b"data: ")
     connection.close()  # the client goes away after its first chunk
     for _ in range(100):
-        health = _health(url)
-        if health["queued"] == 0:
+        state = health(url)
+        if state["queued"] == 0:
             status, _ = _post(url, {"model": "tiny", "prompt": "x", "max_tokens": 1}, "/completions")
             break
         time.sleep(0.1)
-    assert status == 200 and _health(url)["generated_tokens"] - before < whole // 2, (whole, _health(url), before)
+    assert status == 200 and health(url)["generated_tokens"] - before < whole // 2, (whole, health(url), before)
 
 
 def test_tools_reach_the_template_and_calls_come_back_parsed(client):
@@ -245,7 +212,7 @@ def test_the_executorch_runtime_serves_the_same_replies(served, client):
 
     first = [{"role": "user", "content": "hello there"}]
     second = first + [{"role": "assistant", "content": "x"}, {"role": "user", "content": "more"}]
-    with _serving(served[1], "--runtime", "executorch") as url:
+    with serving(served[1], "--runtime", "executorch") as url:
         native = OpenAI(base_url=url, api_key="unused", max_retries=0)
         for messages in (first, second, [{"role": "user", "content": "other"}], first):
             expected, got = (c.chat.completions.create(model="tiny", messages=messages, max_tokens=12)
@@ -354,4 +321,4 @@ def test_random_json_never_breaks_the_server(served):
         assert status == 200 or set(reply["error"]) == {"message", "type", "param", "code"}
         answered.append(status)
     assert answered.count(200) > 20 and answered.count(400) > 20  # both the checks and the model were reached
-    assert _health(served[0])["status"] == "ok"
+    assert health(served[0])["status"] == "ok"
