@@ -95,7 +95,7 @@ def speculative_decode(target: Session, draft: Session, prompt: list, max_new_to
     token = drawn(distribution(target.feed(history[fed_from:])))
     stats.time_to_first_token = time.perf_counter() - started
     decoding, produced = time.perf_counter(), 0
-    while True:
+    while max_new_tokens:
         for emitted in [token] if produced == 0 else round_tokens:
             history.append(emitted)
             produced += 1
