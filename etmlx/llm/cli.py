@@ -50,11 +50,7 @@ def add_commands(commands) -> None:
             command.add_argument("--prompt-cache", metavar="FILE", help="continue the conversation saved in FILE "
                                  "(its KV cache restored: nothing is prefilled again) and save it there after each "
                                  "turn; FILE is made by the first turn when it does not exist")
-        command.add_argument("--draft", metavar="DRAFT.pte", help="decode speculatively: a smaller model of the "
-                             "same tokenizer proposes tokens that this one (exported with --verify) checks in one "
-                             "call; the text is the same as without, greedy or sampled")
-        command.add_argument("--num-draft-tokens", type=_positive, default=4,
-                             help="tokens the draft proposes per check (default 4)")
+        add_draft_options(command)
         command.add_argument("--max-new-tokens", type=_positive, default=128)
         command.add_argument("--temperature", type=float, default=0.0, help="0: greedy (the default)")
         command.add_argument("--top-k", type=int, default=0)
@@ -65,6 +61,15 @@ def add_commands(commands) -> None:
         command.add_argument("--runtime", choices=("python", "executorch"), default="python")
         command.add_argument("--tokenizer", help="tokenizer.json or its folder (default: the .pte's folder)")
         command.set_defaults(handler=_generate if name == "generate" else _chat)
+
+
+def add_draft_options(command, note: str = "") -> None:
+    """``--draft`` and ``--num-draft-tokens`` (speculative decoding) of ``command``."""
+    command.add_argument("--draft", metavar="DRAFT.pte", help="decode speculatively: a smaller model of the same "
+                         "tokenizer proposes tokens that this one (exported with --verify) checks in one call; the "
+                         "text is the same as without, greedy or sampled" + note)
+    command.add_argument("--num-draft-tokens", type=_positive, default=4,
+                         help="tokens the draft proposes per check (default 4)")
 
 
 def print_formats(formats: dict) -> None:

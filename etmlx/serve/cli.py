@@ -10,7 +10,7 @@ NEEDS = ("starlette", "uvicorn", "llguidance", "transformers")
 
 
 def add_command(commands) -> None:
-    from etmlx.llm.cli import _positive
+    from etmlx.llm.cli import _positive, add_draft_options
 
     serve = commands.add_parser("serve", help="serve a .pte from export-llm over OpenAI's HTTP API "
                                 "(/v1/chat/completions, /v1/completions, /v1/models, /health)")
@@ -26,11 +26,7 @@ def add_command(commands) -> None:
                        help="when a request does not say (default 0: greedy, as etmlx chat)")
     serve.add_argument("--prompt-cache-mib", type=int, default=512, help="memory for the KV caches kept across "
                        "requests, so a conversation's next turn prefills only its new tokens (default 512; 0: none)")
-    serve.add_argument("--draft", metavar="DRAFT.pte", help="decode speculatively with this smaller model of the "
-                       "same tokenizer (the served one exported with --verify); requests with a grammar or logprobs "
-                       "decode without it")
-    serve.add_argument("--num-draft-tokens", type=_positive, default=4,
-                       help="tokens the draft proposes per check (default 4)")
+    add_draft_options(serve, "; requests with a grammar or logprobs decode without it")
     serve.add_argument("--runtime", choices=("python", "executorch"), default="python")
     serve.add_argument("--tokenizer", help="tokenizer.json or its folder (default: the .pte's folder)")
     serve.set_defaults(handler=_serve)
