@@ -270,7 +270,7 @@ def decode(session: Session, prompt: list, max_new_tokens: int, sampling: Sampli
     if not prompt:
         raise GenerationError("the prompt holds no tokens")
     stats = stats if stats is not None else Stats()
-    sampler, history = Sampler(sampling), list(prompt)
+    sampler, history, generated = Sampler(sampling), list(prompt), []
     on_device = (session.samples_on_device and sampling.temperature > 0 and not sampler.penalizes
                  and constraint is None and not logits)
 
@@ -281,7 +281,7 @@ def decode(session: Session, prompt: list, max_new_tokens: int, sampling: Sampli
             return Step(session.sample(tokens, sampling, sampler.random.random()), None)
         out = session.feed(tokens)
         allowed = constraint.allowed(out.size) if constraint is not None else None
-        return Step(sampler(out, history, history[len(prompt):], allowed), out)
+        return Step(sampler(out, history, generated, allowed), out)
 
     stats.prompt_tokens, stats.stop_reason = len(prompt), "max_new_tokens"
     started = time.perf_counter()
@@ -290,6 +290,7 @@ def decode(session: Session, prompt: list, max_new_tokens: int, sampling: Sampli
     decoding = time.perf_counter()
     for produced in range(max_new_tokens):
         history.append(step.token)
+        generated.append(step.token)
         if constraint is not None:
             constraint.accept(step.token)
         stats.generated_tokens = produced + 1

@@ -84,6 +84,10 @@ def speculative_decode(target: Session, draft: Session, prompt: list, max_new_to
     pending = history[draft.rewind(common_prefix(list(held[1]), history)):]  # what the draft has not fed, before ``token``
 
     def distribution(logits, drafted=()):
+        """The next token's distribution after ``history`` and ``drafted`` (the token
+        lists built only for a penalty that reads them)."""
+        if not sampler.penalizes:
+            return sampler.probabilities(logits)
         return sampler.probabilities(logits, history + list(drafted), history[start:] + list(drafted))
 
     def drawn(probabilities) -> int:

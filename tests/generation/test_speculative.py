@@ -33,6 +33,20 @@ def _session(path, runtime="python"):
     return generation.Session(etmlx.load(path, runtime=runtime))
 
 
+def test_verify_is_forward_whole_on_mlx_over_the_same_cache(pair):
+    """One delegate beside the same host reads of the position as forward's, the same
+    cache buffers, the same kinds of node but the last position's selection."""
+    from etmlx.inspection import inspect_program
+
+    methods = inspect_program(str(pair[0]))["methods"]
+    (forward,), (verify,) = methods["forward"]["delegates"], methods["verify"]["delegates"]
+    assert methods["verify"]["kernels"] == methods["forward"]["kernels"]
+    assert [(b["name"], b["key"]) for b in verify["buffers"]] == [(b["name"], b["key"]) for b in forward["buffers"]]
+    assert {"Sdpa", "IndexPut", "Rope"} <= set(verify["nodes"]) and set(verify["nodes"]) <= set(forward["nodes"])
+    assert methods["verify"]["outputs"][0]["sizes"] == [1, CHUNK, 128]
+    assert "verify" not in inspect_program(str(pair[1]))["methods"]  # only where asked for
+
+
 @pytest.mark.parametrize("runtime", etmlx.RUNTIMES)
 def test_verify_returns_every_positions_logits(pair, runtime):
     target = _session(pair[0], runtime)
