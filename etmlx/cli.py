@@ -1,5 +1,5 @@
 """The ``etmlx`` command: export, run, inspect, ops, build-native; export-llm, generate and
-chat (``llm/cli.py``); serve (``serve/cli.py``)."""
+chat (``llm/cli.py``); serve (``serve/cli.py``); transcribe (``speech/cli.py``)."""
 
 import argparse
 import importlib.util
@@ -55,10 +55,12 @@ def main(argv=None) -> int:
     ops.set_defaults(handler=_ops)
 
     from .llm.cli import add_commands
-    from .serve.cli import add_command
+    from .serve.cli import add_command as add_serve
+    from .speech.cli import add_command as add_transcribe
 
     add_commands(commands)
-    add_command(commands)
+    add_serve(commands)
+    add_transcribe(commands)
 
     build_native = commands.add_parser("build-native", help="build the native backend for ExecuTorch's C++ runtime "
                                        "(needs `pip install 'etmlx[native]'` and a C++20 compiler)")

@@ -12,6 +12,7 @@ from etmlx.errors import ExportError, first_line
 
 from . import causal_lm, gguf_model, safetensors_file
 from .allocator import large_blocks_apart
+from ..speech import export as speech_export
 
 DEFAULT_MAX_CONTEXT = 2048
 DTYPES = ("float32", "bfloat16", "float16")
@@ -47,6 +48,13 @@ def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, q
 
     if dtype is not None and dtype not in DTYPES:
         raise ExportError(f"dtype={dtype!r}: expected one of {', '.join(DTYPES)}")
+    if not gguf_model.is_gguf(model_dir) and speech_export.is_whisper(checkpoint_folder(model_dir)):
+        language_model_only = {"sample_on_device": sample_on_device, "kv_bits": kv_bits, "verify": verify}
+        for option, value in language_model_only.items():
+            if value:
+                raise ExportError(f"{option}: a language model's option; Whisper's decoder does not take it")
+        return speech_export.export_whisper(checkpoint_folder(model_dir), output, max_context=max_context,
+                                            quantize=quantize, group_size=group_size, dtype=dtype, progress=progress)
     decoding = large_blocks_apart() if gguf_model.is_gguf(model_dir) else contextlib.nullcontext()
     with deferred.scope(), decoding:  # quantized weights' integers are computed as they are packed
         methods = dict(sample_on_device=sample_on_device, kv_bits=kv_bits, kv_group_size=kv_group_size, verify=verify)
@@ -139,7 +147,7 @@ def _load(model_dir, dtype):
         model, info = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, output_loading_info=True)
     except (ValueError, OSError, KeyError) as error:
         raise ExportError(f"transformers cannot load {model_dir} as a causal LM: {first_line(error)}") from error
-    _refuse_incomplete(model_dir, type(model).__name__, info)
+    refuse_incomplete(model_dir, type(model).__name__, info)
     return model.eval()
 
 
@@ -157,7 +165,7 @@ def _refuse_other_than_causal_lm(model_dir, config) -> None:
                           "language model; export-llm takes decoder-only causal LMs (a *ForCausalLM checkpoint)")
 
 
-def _refuse_incomplete(model_dir, model_class: str, info: dict) -> None:
+def refuse_incomplete(model_dir, model_class: str, info: dict) -> None:
     """transformers fills a tensor the checkpoint lacks (or has in another shape) with
     random values and carries on: a model that computes garbage. Refused, by name."""
     missing = sorted(info.get("missing_keys") or ())
@@ -177,10 +185,11 @@ def _saved_tokenizer(tokenizer, destination) -> list:
                   if os.path.basename(name) in TOKENIZER_FILES)
 
 
-def copy_tokenizer(model_dir, destination) -> list:
-    """Copies the tokenizer files of ``model_dir`` into ``destination``; their names."""
+def copy_tokenizer(model_dir, destination, extra=()) -> list:
+    """Copies the tokenizer files of ``model_dir`` (and the files named in ``extra``) into
+    ``destination``; their names."""
     copied = []
-    for name in TOKENIZER_FILES:
+    for name in TOKENIZER_FILES + tuple(extra):
         source = os.path.join(model_dir, name)
         if os.path.isfile(source):
             target = os.path.join(destination, name)
