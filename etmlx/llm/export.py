@@ -5,23 +5,20 @@ with the tokenizer files beside it."""
 import contextlib
 import glob
 import os
-import shutil
 import time
 
 from etmlx.errors import ExportError, first_line
+from etmlx.speech import export as speech_export
 
 from . import causal_lm, gguf_model, safetensors_file
 from .allocator import large_blocks_apart
-from ..speech import export as speech_export
+from .checkpoint_files import TOKENIZER_FILES, copy_tokenizer, refuse_incomplete
 
 DEFAULT_MAX_CONTEXT = 2048
 DTYPES = ("float32", "bfloat16", "float16")
 # Class names of the checkpoints export-llm takes beyond transformers' causal-LM mapping
 # (multimodal models whose text decoder is the causal LM).
 CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
-# What a tokenizer of a checkpoint folder is made of (whichever it has), and its chat template.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-                   "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json", "generation_config.json")
 
 
 def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, quantize=None, group_size=64,
@@ -165,35 +162,8 @@ def _refuse_other_than_causal_lm(model_dir, config) -> None:
                           "language model; export-llm takes decoder-only causal LMs (a *ForCausalLM checkpoint)")
 
 
-def refuse_incomplete(model_dir, model_class: str, info: dict) -> None:
-    """transformers fills a tensor the checkpoint lacks (or has in another shape) with
-    random values and carries on: a model that computes garbage. Refused, by name."""
-    missing = sorted(info.get("missing_keys") or ())
-    mismatched = sorted(f"{key} (checkpoint {tuple(found)}, model {tuple(wanted)})"
-                        for key, found, wanted in info.get("mismatched_keys") or ())
-    for problem, names in (("lacks", missing), ("has other shapes for", mismatched)):
-        if names:
-            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-            raise ExportError(f"{model_dir} {problem} {len(names)} tensor(s) {model_class} needs: {shown} "
-                              "(transformers would fill them with random values)")
-
-
 def _saved_tokenizer(tokenizer, destination) -> list:
     """``tokenizer`` (read from a GGUF file's metadata) saved into ``destination``: the
     names of the files written."""
     return sorted(os.path.basename(name) for name in tokenizer.save_pretrained(destination)
                   if os.path.basename(name) in TOKENIZER_FILES)
-
-
-def copy_tokenizer(model_dir, destination, extra=()) -> list:
-    """Copies the tokenizer files of ``model_dir`` (and the files named in ``extra``) into
-    ``destination``; their names."""
-    copied = []
-    for name in TOKENIZER_FILES + tuple(extra):
-        source = os.path.join(model_dir, name)
-        if os.path.isfile(source):
-            target = os.path.join(destination, name)
-            if os.path.abspath(source) != os.path.abspath(target):
-                shutil.copyfile(source, target)
-            copied.append(name)
-    return copied

@@ -32,7 +32,7 @@ def export_whisper(model_dir, output, *, max_context=None, quantize=None, group_
 
     from etmlx.exporter import export_methods
     from etmlx.llm import safetensors_file
-    from etmlx.llm.export import copy_tokenizer, refuse_incomplete
+    from etmlx.llm.checkpoint_files import copy_tokenizer, refuse_incomplete
 
     from . import whisper_program
 

@@ -4,7 +4,9 @@ every stage (attention kept whole by the fused-call retargeting, a quantized lay
 runs it on the Python runtime, checks the error before the native backend is built,
 builds it from the installed package (`etmlx build-native`) and runs it on ExecuTorch's
 C++ runtime; then, with the ``serve`` extra, exports a tiny language model and asks
-``etmlx serve`` for a chat reply over HTTP. Not collected by pytest: it needs that venv."""
+``etmlx serve`` for a chat reply over HTTP, and exports a tiny Whisper checkpoint
+(``examples/speech.py`` of the checkout) and transcribes a WAV file with it. Not collected
+by pytest: it needs that venv."""
 
 import json
 import pathlib
@@ -64,7 +66,21 @@ def main() -> int:
     torch.testing.assert_close(native.forward(x), etmlx.load(path).forward(x), atol=1e-5, rtol=1e-5)
     print("executorch runtime: ok")
     serve(work, etmlx_command)
+    transcribe(work, etmlx_command)
     return 0
+
+
+def transcribe(work: pathlib.Path, etmlx_command: pathlib.Path) -> None:
+    examples = pathlib.Path(__file__).resolve().parents[2] / "examples"
+    subprocess.run([sys.executable, str(examples / "speech.py"), str(work / "whisper")], check=True)
+    subprocess.run([str(etmlx_command), "export-llm", str(work / "whisper"), "-o", str(work / "asr" / "whisper.pte")],
+                   check=True)
+    for runtime in ("python", "executorch"):
+        done = subprocess.run([str(etmlx_command), "transcribe", str(work / "asr" / "whisper.pte"),
+                               str(work / "whisper" / "speech.wav"), "--language", "en", "--max-new-tokens", "8",
+                               "--runtime", runtime], capture_output=True, text=True, check=True)
+        assert done.stdout.strip(), done.stderr
+        print(f"etmlx transcribe ({runtime}): ok", repr(done.stdout.strip()))
 
 
 def serve(work: pathlib.Path, etmlx_command: pathlib.Path) -> None:

@@ -1,0 +1,39 @@
+"""What export-llm reads of a checkpoint folder beside its weights, shared by the causal-LM
+and the speech export: the tokenizer files copied beside the ``.pte``, and the refusal of a
+checkpoint that lacks tensors its model needs."""
+
+import os
+import shutil
+
+from etmlx.errors import ExportError
+
+# What a tokenizer of a checkpoint folder is made of (whichever it has), and its chat template.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                   "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json", "generation_config.json")
+
+
+def refuse_incomplete(model_dir, model_class: str, info: dict) -> None:
+    """transformers fills a tensor the checkpoint lacks (or has in another shape) with
+    random values and carries on: a model that computes garbage. Refused, by name."""
+    missing = sorted(info.get("missing_keys") or ())
+    mismatched = sorted(f"{key} (checkpoint {tuple(found)}, model {tuple(wanted)})"
+                        for key, found, wanted in info.get("mismatched_keys") or ())
+    for problem, names in (("lacks", missing), ("has other shapes for", mismatched)):
+        if names:
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+            raise ExportError(f"{model_dir} {problem} {len(names)} tensor(s) {model_class} needs: {shown} "
+                              "(transformers would fill them with random values)")
+
+
+def copy_tokenizer(model_dir, destination, extra=()) -> list:
+    """Copies the tokenizer files of ``model_dir`` (and the files named in ``extra``) into
+    ``destination``; their names."""
+    copied = []
+    for name in TOKENIZER_FILES + tuple(extra):
+        source = os.path.join(model_dir, name)
+        if os.path.isfile(source):
+            target = os.path.join(destination, name)
+            if os.path.abspath(source) != os.path.abspath(target):
+                shutil.copyfile(source, target)
+            copied.append(name)
+    return copied
