@@ -5,6 +5,9 @@ evaluating the permute here stores W already transposed, so MLX never transposes
 a weight at run time. Likewise a scalar constant's dtype conversion. Only ops that
 move, relabel or convert data are folded (the same conversion PyTorch would do at
 run time): folding an ``expand`` or arithmetic could grow the file or change rounding.
+A transpose of a constant that other nodes also read (a head tied to the embedding
+table) is not folded: it stays a Transpose node, a view of the one stored constant that
+MLX's matmul reads as transposed, as mlx-lm's ``as_linear`` does, instead of a second copy.
 """
 
 import torch
@@ -26,6 +29,7 @@ FOLDABLE = {
     "aten::_to_copy",
     "dim_order_ops::_to_dim_order_copy",
 }
+TRANSPOSES = {"aten::permute_copy", "aten::t_copy", "aten::transpose_copy.int"}
 
 
 def fold_constant(ctx: LoweringContext, node: fx.Node) -> bool:
@@ -34,6 +38,8 @@ def fold_constant(ctx: LoweringContext, node: fx.Node) -> bool:
         return False
     inputs = node.all_input_nodes
     if not inputs or not all(ctx.is_constant(arg) for arg in inputs):
+        return False
+    if op_name(node.target) in TRANSPOSES and any(user is not node for user in inputs[0].users):
         return False
     evaluate_at_export(ctx, node)
     return True

@@ -35,6 +35,25 @@ def test_linear(dtype, shape, bias):
     assert "Transpose" not in lowered.nodes  # the weight is stored transposed at export
 
 
+class TiedHead(torch.nn.Module):
+    """An embedding table that is also the output projection (tied word embeddings)."""
+
+    def __init__(self, vocab=40, width=16):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, width)
+        self.head = torch.nn.Linear(width, vocab, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids):
+        return self.head(torch.tanh(self.embed(ids)))
+
+
+def test_a_head_tied_to_the_embedding_reads_the_one_stored_table():
+    lowered = delegated(TiedHead(), (torch.tensor([[3, 1, 4, 1, 5]]),), nodes=["Transpose", "Matmul"])
+    tables = [c for d in lowered.delegates for c in d["constants"] if sorted(c["shape"]) == [16, 40]]
+    assert [c["shape"] for c in tables] == [[40, 16]]  # not a second, transposed copy for the head
+
+
 def test_matmul_rule_lowered_directly():
     """Edge decomposes aten::matmul into mm/bmm before partitioning today."""
     a, b = torch.randn(2, 3, 4), torch.randn(4, 5)
