@@ -38,7 +38,8 @@ RECURRENT_STATE_METHOD = "use_recurrent_state"
 
 
 def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_step: int = WINDOW_STEP,
-                   sample_on_device: bool = False, kv_bits=None, kv_group_size: int = 64, verify: bool = False) -> dict:
+                   sample_on_device: bool = False, kv_bits=None, kv_group_size: int = 64, verify: bool = False,
+                   embeddings: bool = False) -> dict:
     """``{"forward": ExportedProgram, "get_max_seq_len": ..., ...}`` of a Hugging Face
     causal LM (for ``etmlx.export_methods``): ``forward`` takes 1 to ``max_seq_len`` tokens
     per call; the cache holds ``max_context_len`` tokens (default: the model's
@@ -48,13 +49,15 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
     ``kv_bits`` (4 or 8): the full-attention layers' caches quantized, in groups of
     ``kv_group_size`` values of a head (``etmlx.llm.quantized_cache``). ``verify`` adds
     ``verify`` (``windowed_cache.VerifyingCausalLM``): the same call returning every
-    position's logits, for a speculative decoder's target (``etmlx.llm.speculative``)."""
+    position's logits, for a speculative decoder's target (``etmlx.llm.speculative``).
+    ``embeddings`` adds ``text_decoder`` (``windowed_cache.EmbeddedCausalLM``): the call on
+    input embeddings, over the same cache (``etmlx.multimodal``)."""
     import torch
     from torch.export import Dim
 
     from .attention_probe import probe
-    from .windowed_cache import (SampledCausalLM, VerifyingCausalLM, WindowedCausalLM, attends_through_window,
-                                 windowed_attention)
+    from .windowed_cache import (EmbeddedCausalLM, SampledCausalLM, VerifyingCausalLM, WindowedCausalLM,
+                                 attends_through_window, windowed_attention)
 
     refuse_recurrent_layers(model.config)
     if not isinstance(window_step, int) or window_step < 1:
@@ -75,6 +78,11 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
     if verify:
         traced["verify"] = (VerifyingCausalLM(model, max_context_len, window_step, max_seq_len, **cache), inputs,
                             ({1: seq}, {0: seq}))
+    if embeddings:
+        hidden = model.get_input_embeddings().embedding_dim
+        embedded = (torch.zeros(1, length, hidden, dtype=model.get_input_embeddings().weight.dtype), inputs[1])
+        traced["text_decoder"] = (EmbeddedCausalLM(model, max_context_len, window_step, max_seq_len, **cache), embedded,
+                                  ({1: seq}, {0: seq}))
     attention = any(shape is not None for shape in probe(model).layer_shapes)
     if probe(model).through_interface or not attention:  # (Mamba2 has no attention to route)
         programs = _trace(model, traced, windowed_attention(model))

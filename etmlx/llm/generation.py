@@ -174,6 +174,8 @@ class Session:
     program: object
     limits: dict = field(default_factory=dict)
     position: int = 0
+    # Image features for the placeholder tokens of the next prompt (etmlx.multimodal.images)
+    images: object = None
 
     def __post_init__(self):
         if "forward" not in self.program.method_names:
@@ -212,7 +214,11 @@ class Session:
         self._check_room(len(tokens))
         chunk = self.limits["get_max_seq_len"]
         for start in range(0, len(tokens), chunk):
-            logits = self._call("forward", tokens[start:start + chunk])
+            piece = tokens[start:start + chunk]
+            if self.images is not None and self.images.placed_in(piece):
+                logits = self.images.feed(self, piece)
+            else:
+                logits = self._call("forward", piece)
         return np.asarray(logits).reshape(-1)
 
     def sample(self, tokens: list, sampling: Sampling, uniform: float) -> int:
@@ -242,9 +248,14 @@ class Session:
                                   "tokens (export with a larger --max-context)")
 
     def _call(self, method: str, tokens: list, *settings):
-        positions = np.arange(self.position, self.position + len(tokens), dtype=np.int64)
-        out = self.program.run_method(method, [np.asarray([tokens], dtype=np.int64), positions, *settings])[0]
-        self.position += len(tokens)
+        return self.run_at_next_positions(method, np.asarray([tokens], dtype=np.int64), len(tokens), *settings)
+
+    def run_at_next_positions(self, method: str, first, count: int, *settings):
+        """``method(first, the next count positions, *settings)``'s output; the cache
+        then holds ``count`` more. ``first``: the call's ids, or its embeddings."""
+        positions = np.arange(self.position, self.position + count, dtype=np.int64)
+        out = self.program.run_method(method, [first, positions, *settings])[0]
+        self.position += count
         return out
 
 

@@ -62,6 +62,10 @@ class WindowedCausalLM(torch.nn.Module):
         return self.capacity - (self.capacity - 1 - last_position) // self.window_step * self.window_step
 
     def forward(self, tokens, cache_position):
+        return self.call({"input_ids": tokens}, tokens.shape[1], cache_position)
+
+    def call(self, model_inputs: dict, length, cache_position):
+        """The model on ``model_inputs`` (its ids, or its embeddings) of ``length`` positions."""
         # Bound-checked by the runtimes: every position written must lie in the cache, and
         # then inside the window (% keeps the window's size in range for the first check
         # to name a position that is not; twice, as ExecuTorch's C++ scalar mod keeps the
@@ -75,7 +79,7 @@ class WindowedCausalLM(torch.nn.Module):
                 layer.cumulative_length.copy_(start)
         start_call(self.cached.static_cache, self.recurrent, start)
         if self.rings:
-            self.rings.call(self.cached.static_cache, start, tokens.shape[1], self.ring_end)
+            self.rings.call(self.cached.static_cache, start, length, self.ring_end)
         parameters = inspect.signature(self.cached.model.forward).parameters
         last_only = {"logits_to_keep": 1} if "logits_to_keep" in parameters and self.last_only else {}
         # the call's positions, to a model that would number every call's tokens from 0
@@ -84,7 +88,7 @@ class WindowedCausalLM(torch.nn.Module):
         _TRACING.window, _TRACING.rings, _TRACING.quantized = window, self.rings, self.quantized
         try:
             outputs = self.cached.model(
-                input_ids=tokens, attention_mask=None, **{self.cache_keyword: self.cached.static_cache}, use_cache=True,
+                **model_inputs, attention_mask=None, **{self.cache_keyword: self.cached.static_cache}, use_cache=True,
                 **positions, **last_only,
             )
         finally:  # no traced value may outlive the call: torch.export would make it an output
@@ -104,6 +108,16 @@ class VerifyingCausalLM(WindowedCausalLM):
     ``forward`` keeps computing the last position's logits only."""
 
     last_only = False
+
+
+class EmbeddedCausalLM(WindowedCausalLM):
+    """``text_decoder(embeddings [1, n, hidden], cache_position [n]) -> logits [1, vocab]``:
+    ``forward`` on input embeddings instead of ids, ExecuTorch's multimodal convention for
+    a prompt whose image placeholders hold image features (``etmlx.multimodal``). Its
+    buffers carry ``WindowedCausalLM``'s names: one cache for both methods."""
+
+    def forward(self, embeddings, cache_position):
+        return self.call({"inputs_embeds": embeddings}, embeddings.shape[1], cache_position)
 
 
 class SampledCausalLM(WindowedCausalLM):
