@@ -33,14 +33,15 @@ test-vision: native
 
 # What a pip user gets: the wheel, installed with its dependencies into a fresh venv,
 # exports and runs a model on both runtimes, building the native backend from the
-# installed package, and serves a tiny language model (tests/wheel/smoke.py). The build
+# installed package, serves a tiny language model, transcribes with a tiny Whisper and asks
+# a tiny LLaVA about an image (tests/wheel/smoke.py). The build
 # goes to a cache inside build/wheel.
 WHEEL_DIR := build/wheel
 test-wheel: $(INSTALLED)
 	rm -rf $(WHEEL_DIR) build/lib build/bdist.*   # setuptools would ship what an earlier build left there
 	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation -w $(WHEEL_DIR)/dist .
 	$(PYTHON) -m venv $(WHEEL_DIR)/venv
-	$(WHEEL_DIR)/venv/bin/python -m pip install --quiet "$$(ls $(WHEEL_DIR)/dist/etmlx-*.whl)[native,serve]"
+	$(WHEEL_DIR)/venv/bin/python -m pip install --quiet "$$(ls $(WHEEL_DIR)/dist/etmlx-*.whl)[native,serve,llm]"
 	cd $(WHEEL_DIR) && XDG_CACHE_HOME=$(CURDIR)/$(WHEEL_DIR)/cache venv/bin/python $(CURDIR)/tests/wheel/smoke.py
 
 # The native tests again, with the backend built under AddressSanitizer and UBSan

@@ -24,7 +24,7 @@ LONGEST_FIRST = (
     "distributed/test_tensor_parallel.py", "models/test_causal_lm_families.py", "lowering/test_dtype_walk.py",
     "models/test_kv_cache_growth.py", "models/test_mixture_of_experts.py", "models/test_sliding_window.py",
     "fuzz/test_fuzz.py", "lowering/test_attention.py", "models/test_hf_models.py", "lowering/test_convolution.py",
-    "models/test_quantized_kv_cache.py", "cli/test_cli.py", "speech/test_whisper.py", "delegate_ops/test_delegate_ops.py", "lowering/test_shape.py",
+    "models/test_quantized_kv_cache.py", "cli/test_cli.py", "multimodal/test_llava.py", "speech/test_whisper.py", "delegate_ops/test_delegate_ops.py", "lowering/test_shape.py",
     "lowering/test_elementwise.py", "generation/test_llm_apps.py", "lowering/test_quantized.py",
     "generation/test_device_sampler.py", "lowering/test_fusions.py", "generation/test_prompt_cache.py",
 )

@@ -44,6 +44,8 @@ def add_commands(commands) -> None:
         command.add_argument("pte", help="a .pte from export-llm")
         if name == "generate":
             command.add_argument("--prompt", required=True)
+            command.add_argument("--image", help="an image the prompt is about (a .pte of a vision-language model): "
+                                 "one user turn [image, prompt] in the processor's chat template")
             command.add_argument("--stop", action="append", default=[], help="a string that ends the text (repeatable)")
         else:
             command.add_argument("--system", help="a system message to start the conversation with")
@@ -151,11 +153,16 @@ def _note_half_precision_on_the_cpu(path) -> None:
 
 
 def _generate(args) -> int:
-    from .generation import Stats, generate, stream_text
+    from .generation import GenerationError, Stats, generate, stream_text
 
+    if args.image and args.draft:
+        raise GenerationError("--draft with --image: speculative decoding takes text prompts only")
+    image = _read_image(args.image) if args.image else None  # before the program loads: a bad file fails at once
     session, tokenizer, sampling = _session(args)
     stats = Stats()
-    if args.draft:
+    if image is not None:
+        pieces = _image_turn(args, image, session, tokenizer, sampling, stats)
+    elif args.draft:
         from .speculative import speculative_decode
 
         steps = speculative_decode(session, _draft(args), tokenizer.encode(args.prompt), args.max_new_tokens, sampling,
@@ -169,6 +176,28 @@ def _generate(args) -> int:
     sys.stdout.write("\n")
     print(stats.summary(), file=sys.stderr)
     return 0
+
+
+def _read_image(path):
+    import importlib.util
+
+    from etmlx.multimodal.images import read_image
+
+    if importlib.util.find_spec("PIL") is None:
+        raise EtMlxError("--image needs Pillow, which is not installed: pip install 'etmlx[llm]'")
+    return read_image(path)
+
+
+def _image_turn(args, image, session, tokenizer, sampling, stats):
+    """The text after one user turn [``image``, ``args.prompt``], as it is made."""
+    from etmlx.multimodal.images import PendingImages, image_prompt
+    from .generation import generate_tokens, stream_text
+
+    folder = args.tokenizer or os.path.dirname(os.path.abspath(args.pte))
+    ids, pixel_values = image_prompt(folder, args.prompt, image)
+    session.images = PendingImages(session.program, pixel_values)
+    tokens = generate_tokens(session, ids, args.max_new_tokens, sampling, stats)
+    return stream_text(tokenizer, tokens, tuple(args.stop), stats, session.eos_ids)
 
 
 def _draft(args):

@@ -8,6 +8,7 @@ import os
 import time
 
 from etmlx.errors import ExportError, first_line
+from etmlx.multimodal import export as multimodal_export
 from etmlx.speech import export as speech_export
 
 from . import causal_lm, gguf_model, safetensors_file
@@ -52,6 +53,12 @@ def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, q
                 raise ExportError(f"{option}: a language model's option; Whisper's decoder does not take it")
         return speech_export.export_whisper(checkpoint_folder(model_dir), output, max_context=max_context,
                                             quantize=quantize, group_size=group_size, dtype=dtype, progress=progress)
+    if not gguf_model.is_gguf(model_dir) and multimodal_export.is_image_text(checkpoint_folder(model_dir)):
+        if sample_on_device or kv_bits or verify:
+            raise ExportError("sample_on_device, kv_bits and verify: not yet for a vision-language model")
+        return multimodal_export.export_image_text(checkpoint_folder(model_dir), output, max_context=max_context,
+                                                   max_seq_len=max_seq_len, quantize=quantize, group_size=group_size,
+                                                   dtype=dtype, progress=progress)
     decoding = large_blocks_apart() if gguf_model.is_gguf(model_dir) else contextlib.nullcontext()
     with deferred.scope(), decoding:  # quantized weights' integers are computed as they are packed
         methods = dict(sample_on_device=sample_on_device, kv_bits=kv_bits, kv_group_size=kv_group_size, verify=verify)

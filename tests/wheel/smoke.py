@@ -4,9 +4,10 @@ every stage (attention kept whole by the fused-call retargeting, a quantized lay
 runs it on the Python runtime, checks the error before the native backend is built,
 builds it from the installed package (`etmlx build-native`) and runs it on ExecuTorch's
 C++ runtime; then, with the ``serve`` extra, exports a tiny language model and asks
-``etmlx serve`` for a chat reply over HTTP, and exports a tiny Whisper checkpoint
-(``examples/speech.py`` of the checkout) and transcribes a WAV file with it. Not collected
-by pytest: it needs that venv."""
+``etmlx serve`` for a chat reply over HTTP; exports a tiny Whisper checkpoint
+(``examples/speech.py`` of the checkout) and transcribes a WAV file with it, and a tiny
+LLaVA (``examples/vision_language.py``) and asks it about an image. Not collected by
+pytest: it needs that venv."""
 
 import json
 import pathlib
@@ -67,7 +68,21 @@ def main() -> int:
     print("executorch runtime: ok")
     serve(work, etmlx_command)
     transcribe(work, etmlx_command)
+    ask_about_an_image(work, etmlx_command)
     return 0
+
+
+def ask_about_an_image(work: pathlib.Path, etmlx_command: pathlib.Path) -> None:
+    examples = pathlib.Path(__file__).resolve().parents[2] / "examples"
+    subprocess.run([sys.executable, str(examples / "vision_language.py"), str(work / "llava")], check=True)
+    subprocess.run([str(etmlx_command), "export-llm", str(work / "llava"), "-o", str(work / "vlm" / "llava.pte")],
+                   check=True)
+    for runtime in ("python", "executorch"):
+        done = subprocess.run([str(etmlx_command), "generate", str(work / "vlm" / "llava.pte"), "--image",
+                               str(work / "llava" / "image.png"), "--prompt", "what is it?", "--max-new-tokens", "8",
+                               "--runtime", runtime], capture_output=True, text=True, check=True)
+        assert "generated 8" in done.stderr or "(eos)" in done.stderr, done.stderr
+        print(f"etmlx generate --image ({runtime}): ok", repr(done.stdout.strip()))
 
 
 def transcribe(work: pathlib.Path, etmlx_command: pathlib.Path) -> None:

@@ -1,0 +1,119 @@
+"""``etmlx export-llm`` of an image-text-to-text checkpoint (LLaVA: a vision tower, a
+projector and a causal LM) to one ``.pte`` in ExecuTorch's multimodal convention:
+
+- ``vision_encoder(pixel_values [1, 3, H, W]) -> image features [1, n, hidden]``: the
+  checkpoint's ``get_image_features`` (its vision layer and feature selection, projected);
+- ``token_embedding(tokens [1, n]) -> embeddings [1, n, hidden]``;
+- ``text_decoder(embeddings, cache_position) -> logits [1, vocab]``;
+- ``forward(tokens, cache_position)`` and the LLM runner's constant methods
+  (``etmlx.llm.causal_lm``), over the same KV cache, so text-only generation, chat and
+  serving run the file as they run a language model's; ``image_token_id``.
+
+A call takes at least as many positions as an image has tokens (``get_max_seq_len`` is
+raised to that): ExecuTorch's MultimodalRunner prefills an image's embeddings in one call.
+
+The processor's files (its image preprocessing and chat template) are copied beside it."""
+
+import glob
+import json
+import os
+import time
+
+from etmlx.errors import ExportError, first_line
+
+PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
+
+
+def is_image_text(model_dir) -> bool:
+    """Whether ``model_dir``'s config.json describes a model of a vision and a text part."""
+    try:
+        with open(os.path.join(os.fspath(model_dir), "config.json")) as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and "vision_config" in config and "text_config" in config
+
+
+def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int = 128, quantize=None, group_size=64,
+                      dtype=None, progress=None):
+    """Exports the image-text-to-text model in ``model_dir`` to ``output``; the options as
+    ``etmlx.llm.export.export_llm`` takes them. Returns the ExportResult."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from etmlx.exporter import export_methods
+    from etmlx.llm import causal_lm, safetensors_file
+    from etmlx.llm.checkpoint_files import copy_tokenizer, refuse_incomplete
+
+    from . import image_program
+
+    report = progress or (lambda stage, seconds: None)
+    started = time.perf_counter()
+    for path in sorted(glob.glob(os.path.join(model_dir, "*.safetensors"))):
+        safetensors_file.check(path)
+    try:
+        processor = AutoProcessor.from_pretrained(model_dir)
+        model, info = AutoModelForImageTextToText.from_pretrained(
+            model_dir, dtype="auto" if dtype is None else getattr(torch, dtype), output_loading_info=True)
+    except (ValueError, OSError, KeyError) as error:
+        raise ExportError(f"transformers cannot load {model_dir} as an image-text-to-text model: "
+                          f"{first_line(error)}") from error
+    refuse_incomplete(model_dir, type(model).__name__, info)
+    image_token_id = getattr(model.config, "image_token_id", None)
+    if image_token_id is None or not hasattr(model.model, "get_image_features"):
+        raise ExportError(f"{model_dir}: a {model.config.model_type} model, whose image features etmlx cannot take "
+                          "(it exports LLaVA-style models: get_image_features and an image placeholder token)")
+    model.eval()
+    report("load", time.perf_counter() - started)
+    if quantize is not None:
+        from etmlx.quant.weights import quantize as quantize_weights
+
+        model, _ = quantize_weights(model, quantize, group_size)
+    started = time.perf_counter()
+    text = text_model(model)
+    capacity = max_context or min(getattr(text.config, "max_position_embeddings", None) or 2048, 2048)
+    causal_lm.with_static_cache(text, capacity)
+    image_size = _image_size(processor)
+    # ExecuTorch's MultimodalRunner prefills an image's embeddings in one call
+    longest = min(max(max_seq_len, image_program.tokens_per_image(model, image_size)), capacity)
+    methods = causal_lm.export_methods(text, longest, capacity, embeddings=True)
+    methods.update(image_program.export_methods(model, text, image_size, longest))
+    methods["image_token_id"] = int(image_token_id)
+    report("trace", time.perf_counter() - started)
+    started = time.perf_counter()
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    result = export_methods(methods, output)
+    report("lower and write", time.perf_counter() - started)
+    result.tokenizer_files = copy_tokenizer(model_dir, os.path.dirname(os.path.abspath(output)),
+                                            extra=PROCESSOR_FILES)
+    return result
+
+
+def text_model(model):
+    """The causal LM inside ``model``: its language model and head, no copy (built on the
+    meta device, then given the checkpoint's modules)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        text = AutoModelForCausalLM.from_config(model.config.get_text_config())
+    text.model, text.lm_head = model.model.language_model, model.lm_head
+    text.generation_config = model.generation_config
+    return text.eval()
+
+
+def _image_size(processor) -> tuple:
+    """(height, width) of the pixel values the checkpoint's image processor makes: its
+    crop when it crops, else its resize."""
+    images = processor.image_processor
+    sizes = [getattr(images, "crop_size", None)] if getattr(images, "do_center_crop", False) else []
+    for size in sizes + [getattr(images, "size", None)]:
+        height, width = (_field(size, name) for name in ("height", "width"))
+        if height and width:
+            return int(height), int(width)
+    raise ExportError(f"{type(images).__name__} makes images of no fixed size ({getattr(images, 'size', None)}): "
+                      "etmlx exports vision encoders of one image size")
+
+
+def _field(size, name):
+    return size.get(name) if isinstance(size, dict) else getattr(size, name, None)

@@ -1,0 +1,50 @@
+"""The image methods of a vision-language program (``export``): the vision encoder and the
+token embedding, as modules over a Hugging Face image-text-to-text model's own parts."""
+
+import torch
+from torch.export import Dim
+
+
+class VisionEncoder(torch.nn.Module):
+    """``pixel_values [1, 3, H, W] -> features [1, n, hidden]``: ``get_image_features``
+    (the checkpoint's vision layer and feature selection, then its projector)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model.model
+
+    def forward(self, pixel_values):
+        dtype = next(self.model.parameters()).dtype
+        features = self.model.get_image_features(pixel_values=pixel_values.to(dtype)).pooler_output
+        return torch.cat(list(features))[None]
+
+
+class TokenEmbedding(torch.nn.Module):
+    """``tokens [1, n] -> embeddings [1, n, hidden]``."""
+
+    def __init__(self, embeddings):
+        super().__init__()
+        self.embeddings = embeddings
+
+    def forward(self, tokens):
+        return self.embeddings(tokens)
+
+
+def tokens_per_image(model, image_size: tuple) -> int:
+    """How many feature rows (placeholder tokens) one image of ``image_size`` makes."""
+    with torch.no_grad():
+        return VisionEncoder(model)(torch.zeros(1, 3, *image_size)).shape[1]
+
+
+def export_methods(model, text, image_size: tuple, max_seq_len: int) -> dict:
+    """``{"vision_encoder": ..., "token_embedding": ...}``: ExportedPrograms of ``model``'s
+    vision part at ``image_size`` (height, width) and of ``text``'s input embeddings
+    (1 to ``max_seq_len`` tokens)."""
+    seq = Dim("seq", min=1, max=max_seq_len) if max_seq_len > 1 else None
+    tokens = torch.zeros(1, min(2, max_seq_len), dtype=torch.long)
+    with torch.no_grad():
+        return {
+            "vision_encoder": torch.export.export(VisionEncoder(model).eval(), (torch.zeros(1, 3, *image_size),)),
+            "token_embedding": torch.export.export(TokenEmbedding(text.get_input_embeddings()).eval(), (tokens,),
+                                                   dynamic_shapes=({1: seq},) if seq else None),
+        }

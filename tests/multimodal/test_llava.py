@@ -1,0 +1,136 @@
+"""A vision-language model: one export of a tiny random LLaVA folder in ExecuTorch's
+multimodal convention, its image turns and text turns on both runtimes (``runtimes.load``)
+against transformers' ``generate``."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import etmlx
+import runtimes
+from etmlx.llm.generation import GenerationError, Session, generate_tokens
+from etmlx.multimodal.images import PendingImages, image_prompt
+from examples import vision_language
+
+NEW_TOKENS = 10
+MAX_SEQ_LEN = 16  # raised to the image's 25 tokens; a 53-token prompt still crosses chunks inside the image
+
+
+@pytest.fixture(scope="module")
+def llava(tmp_path_factory):
+    """(checkpoint folder, .pte, export result, eager model, processor)."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    folder = vision_language.tiny_llava_checkpoint(tmp_path_factory.mktemp("llava") / "checkpoint")
+    pte = os.path.join(tmp_path_factory.mktemp("exported"), "llava.pte")
+    result = etmlx.export_llm(folder, pte, max_seq_len=MAX_SEQ_LEN, max_context=96)
+    model = AutoModelForImageTextToText.from_pretrained(folder).eval()
+    return folder, pte, result, model, AutoProcessor.from_pretrained(folder)
+
+
+def eager(model, processor, prompt: str, image=None) -> list:
+    """transformers' greedy tokens after a user turn [image, prompt] (EOS not stopping it)."""
+    content = ([{"type": "image"}] if image else []) + [{"type": "text", "text": prompt}]
+    text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
+    images = [vision_language_image(image)] if image else None
+    inputs = processor(images=images, text=text, return_tensors="pt", add_special_tokens=False)
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=[], pad_token_id=0)
+    return out[0, inputs["input_ids"].shape[1]:].tolist()
+
+
+def vision_language_image(path):
+    from PIL import Image
+
+    return Image.open(path).convert("RGB")
+
+
+def test_the_multimodal_methods_are_whole_on_mlx_over_one_cache(llava):
+    from etmlx.inspection import inspect_program
+
+    _, pte, result, _, _ = llava
+    assert result.report.fully_delegated
+    assert Session(etmlx.load(pte)).limits["get_max_seq_len"] == 25  # the image's tokens: one runner call
+    methods = inspect_program(pte)["methods"]
+    for name in ("vision_encoder", "token_embedding"):
+        assert len(methods[name]["delegates"]) == 1 and not methods[name]["kernels"]
+    assert "Conv" in methods["vision_encoder"]["delegates"][0]["nodes"]  # CLIP's patch embedding
+    caches = {name: {b["name"] for b in methods[name]["delegates"][0]["buffers"]} for name in ("forward", "text_decoder")}
+    assert caches["forward"] == caches["text_decoder"] and caches["forward"]  # one KV cache, shared by name
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_an_image_turn_gives_transformers_greedy_tokens(llava, tmp_path, seed):
+    folder, pte, _, model, processor = llava
+    image = vision_language.write_image(tmp_path / "image.png", seed=seed, size=(40 + 9 * seed, 52))
+    ids, pixel_values = image_prompt(os.path.dirname(pte), "what is in it?", image)
+    program = runtimes.load(pte)
+    session = Session(program)
+    session.images = PendingImages(program, pixel_values)
+    tokens = list(generate_tokens(session, ids, NEW_TOKENS, stop_at_eos=False))
+    assert tokens == eager(model, processor, "what is in it?", image) and len(set(tokens)) > 3
+
+
+def test_executorch_multimodal_runner_gives_eager_text(llava, tmp_path):
+    """ExecuTorch's own C++ MultimodalRunner (its Python binding) drives the file's methods
+    with etmlx's native backend, from the processor's output."""
+    import etmlx.native  # noqa: F401  (registers the backend with ExecuTorch's runtime)
+    from executorch.extension.llm.runner import GenerationConfig, MultimodalRunner
+
+    _, pte, _, model, processor = llava
+    image = vision_language.write_image(tmp_path / "image.png", seed=4)
+    turn = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "and this?"}]}]
+    text = processor.apply_chat_template(turn, add_generation_prompt=True)
+    inputs = processor(images=vision_language_image(image), text=text, return_tensors="pt", add_special_tokens=False)
+    runner = MultimodalRunner(pte, os.path.join(os.path.dirname(pte), "tokenizer.json"))
+    config = GenerationConfig()
+    config.max_new_tokens, config.temperature, config.echo = NEW_TOKENS, 0.0, False
+    pieces = []
+    runner.generate_hf(inputs, config, token_callback=pieces.append, image_token_id=model.config.image_token_id)
+    tokens, eos = eager(model, processor, "and this?", image), model.generation_config.eos_token_id
+    tokens = tokens[:tokens.index(eos)] if eos in tokens else tokens
+    assert "".join(pieces) == processor.tokenizer.decode(tokens, skip_special_tokens=True)
+
+
+def test_a_text_turn_runs_the_language_model_alone(llava):
+    _, pte, _, model, processor = llava
+    tokenizer = processor.tokenizer
+    text = processor.apply_chat_template([{"role": "user", "content": "hello there"}], add_generation_prompt=True)
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    tokens = list(generate_tokens(Session(runtimes.load(pte)), ids, NEW_TOKENS, stop_at_eos=False))
+    assert tokens == eager(model, processor, "hello there")
+
+
+def test_generate_with_an_image_prints_the_text(llava, tmp_path):
+    _, pte, _, model, processor = llava
+    image = vision_language.write_image(tmp_path / "photo.jpg", seed=3)
+    done = subprocess.run([sys.executable, "-m", "etmlx.cli", "generate", pte, "--image", image, "--prompt", "describe",
+                           "--max-new-tokens", str(NEW_TOKENS), "--runtime", "executorch"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    tokens, eos = eager(model, processor, "describe", image), model.generation_config.eos_token_id
+    tokens = tokens[:tokens.index(eos)] if eos in tokens else tokens  # generate stops at EOS
+    assert done.stdout.rstrip("\n") == processor.tokenizer.decode(tokens, skip_special_tokens=True)
+
+
+def test_bad_images_and_programs_get_one_line(llava, tmp_path):
+    _, pte, _, _, _ = llava
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n but then nothing an image holds")
+    for image, message in ((tmp_path / "missing.png", "no such image file"), (broken, "not an image Pillow can decode")):
+        done = subprocess.run([sys.executable, "-m", "etmlx.cli", "generate", pte, "--image", str(image), "--prompt",
+                               "hi"], capture_output=True, text=True, timeout=300)
+        assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+    image = vision_language.write_image(tmp_path / "image.png")
+    ids, pixel_values = image_prompt(os.path.dirname(pte), "word " * 60, image)
+    session = Session(etmlx.load(pte))
+    session.images = PendingImages(session.program, pixel_values)
+    with pytest.raises(GenerationError, match=r"the prompt's \d+ tokens are past the context of 96 tokens"):
+        list(generate_tokens(session, ids, 4))
+    mlp = tmp_path / "mlp.pte"
+    etmlx.export(torch.nn.Linear(4, 4), (torch.zeros(1, 4),), mlp)
+    with pytest.raises(GenerationError, match="takes no images"):
+        PendingImages(etmlx.load(mlp), pixel_values)
