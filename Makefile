@@ -95,6 +95,7 @@ bench: $(VENV)/.bench-installed native
 	$(PY) bench/bench_grammar.py
 	$(PY) bench/bench_speculative.py --noise 0.0 0.1 0.2
 	$(PY) bench/bench_whisper.py
+	$(PY) bench/bench_vlm.py
 
 clean:
 	rm -rf $(VENV) out build *.egg-info

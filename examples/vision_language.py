@@ -25,28 +25,34 @@ CHAT_TEMPLATE = (
 )
 
 
-def tiny_llava_checkpoint(directory, seed: int = 0) -> str:
-    """Writes a LLaVA folder (a CLIP vision tower of 30 x 30 images, a two-layer Llama)
-    into ``directory``; weights scaled up so that greedy text varies."""
+def tiny_llava_checkpoint(directory, seed: int = 0, image_size: int = IMAGE_SIZE, patch: int = PATCH,
+                          vision: tuple = (32, 2, 2, 64), text: tuple = (64, 2, 4, 2), scale: float = 4.0) -> str:
+    """Writes a LLaVA folder (a CLIP vision tower of ``image_size`` pixels square in
+    ``patch``-pixel patches, a Llama) into ``directory``. ``vision``: (hidden, layers,
+    heads, MLP width); ``text``: (hidden, layers, heads, key-value heads); weights scaled by ``scale``
+    (4: greedy text varies)."""
     from transformers import (CLIPImageProcessor, CLIPVisionConfig, LlamaConfig, LlavaConfig,
                               LlavaForConditionalGeneration, LlavaProcessor)
 
     tokenizer = train_tokenizer(128)
     tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
-    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                              image_size=IMAGE_SIZE, patch_size=PATCH, projection_dim=32)
-    text = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    config = LlavaConfig(vision_config=vision, text_config=text, image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
-                         vision_feature_layer=-2, vision_feature_select_strategy="default",
-                         image_seq_length=(IMAGE_SIZE // PATCH) ** 2)
+    (vision_hidden, vision_layers, vision_heads, vision_mlp), (hidden, layers, heads, kv_heads) = vision, text
+    vision_config = CLIPVisionConfig(hidden_size=vision_hidden, intermediate_size=vision_mlp,
+                                     num_hidden_layers=vision_layers, num_attention_heads=vision_heads,
+                                     image_size=image_size, patch_size=patch, projection_dim=vision_hidden)
+    text_config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
+                              num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                              max_position_embeddings=max(256, 2 * (image_size // patch) ** 2))
+    config = LlavaConfig(vision_config=vision_config, text_config=text_config,
+                         image_token_id=tokenizer.convert_tokens_to_ids("<image>"), vision_feature_layer=-2,
+                         vision_feature_select_strategy="default", image_seq_length=(image_size // patch) ** 2)
     torch.manual_seed(seed)
     model = LlavaForConditionalGeneration(config).eval()
     with torch.no_grad():
         for parameter in model.parameters():
-            parameter.mul_(4.0)
-    images = CLIPImageProcessor(size={"shortest_edge": IMAGE_SIZE}, crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
-    processor = LlavaProcessor(image_processor=images, tokenizer=tokenizer, patch_size=PATCH,
+            parameter.mul_(scale)
+    images = CLIPImageProcessor(size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size})
+    processor = LlavaProcessor(image_processor=images, tokenizer=tokenizer, patch_size=patch,
                                vision_feature_select_strategy="default", chat_template=CHAT_TEMPLATE,
                                num_additional_image_tokens=1)
     model.save_pretrained(directory)
