@@ -38,7 +38,7 @@ def best_of(repeats: int, run) -> tuple:
 def etmlx_rows(pte, ids, pixel_values, repeats: int) -> list:
     import etmlx
     from etmlx.llm.generation import Session
-    from etmlx.multimodal.images import PendingImages
+    from etmlx.multimodal.images import PromptImages
 
     rows = []
     for runtime in etmlx.RUNTIMES:
@@ -46,7 +46,7 @@ def etmlx_rows(pte, ids, pixel_values, repeats: int) -> list:
 
         def first_token():
             session = Session(program)
-            session.images = PendingImages(program, pixel_values)
+            session.images = PromptImages(program, pixel_values, ids)
             return int(np.argmax(session.feed(ids)))
 
         encode = best_of(repeats, lambda: np.asarray(program.run_method("vision_encoder", [pixel_values])[0]))

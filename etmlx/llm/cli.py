@@ -39,7 +39,8 @@ def add_commands(commands) -> None:
     export.set_defaults(handler=_export_llm)
 
     for name, helps in (("generate", "generate text from a prompt"), ("chat", "a conversation on stdin, "
-                        "with the tokenizer's chat template; the KV cache carries across turns (/reset starts over)")):
+                        "with the tokenizer's chat template; the KV cache carries across turns (/reset starts over; "
+                        "/image PATH: the next message is about that image, for a vision-language .pte)")):
         command = commands.add_parser(name, help=helps)
         command.add_argument("pte", help="a .pte from export-llm")
         if name == "generate":
@@ -190,12 +191,12 @@ def _read_image(path):
 
 def _image_turn(args, image, session, tokenizer, sampling, stats):
     """The text after one user turn [``image``, ``args.prompt``], as it is made."""
-    from etmlx.multimodal.images import PendingImages, image_prompt
+    from etmlx.multimodal.images import PromptImages, image_prompt
     from .generation import generate_tokens, stream_text
 
     folder = args.tokenizer or os.path.dirname(os.path.abspath(args.pte))
     ids, pixel_values = image_prompt(folder, args.prompt, image)
-    session.images = PendingImages(session.program, pixel_values)
+    session.images = PromptImages(session.program, pixel_values, ids)
     tokens = generate_tokens(session, ids, args.max_new_tokens, sampling, stats)
     return stream_text(tokenizer, tokens, tuple(args.stop), stats, session.eos_ids)
 
@@ -230,11 +231,11 @@ def _chat(args) -> int:
     session, tokenizer, sampling = _session(args)
     draft = _draft(args) if args.draft else None
     chat = Chat(session, tokenizer, sampling, args.max_new_tokens, system=args.system, draft=draft,
-                num_draft_tokens=args.num_draft_tokens)
+                num_draft_tokens=args.num_draft_tokens, processor=_processor(args, session.program))
     if args.prompt_cache and os.path.exists(args.prompt_cache):
         chat.restore(args.prompt_cache)
         print(f"(continuing {args.prompt_cache}: {len(chat.cached)} tokens held)", file=sys.stderr)
-    interactive = sys.stdin.isatty()
+    interactive, image = sys.stdin.isatty(), None
     while True:
         if interactive:
             print("> ", end="", file=sys.stderr, flush=True)
@@ -246,16 +247,36 @@ def _chat(args) -> int:
             chat.reset()
             print("(conversation reset)", file=sys.stderr)
             continue
+        if text.startswith("/image "):
+            try:
+                image = _read_image(text[len("/image "):].strip())
+            except EtMlxError as error:
+                print(f"etmlx chat: {error}", file=sys.stderr)
+                continue
+            print("(the image goes with your next message)", file=sys.stderr)
+            continue
         if not text:
             continue
         try:
-            for piece in chat.reply(text):
+            for piece in chat.reply(text, image):
                 sys.stdout.write(piece)
                 sys.stdout.flush()
         except EtMlxError as error:
             print(f"\netmlx chat: {error}", file=sys.stderr)
             return 1
+        image = None
         sys.stdout.write("\n")
         print(chat.stats.summary(), file=sys.stderr)
         if args.prompt_cache:
             chat.save(args.prompt_cache)
+
+
+def _processor(args, program):
+    """A vision-language program's processor (its folder's), or None for a language model."""
+    from etmlx.multimodal.images import IMAGE_METHODS
+
+    if not all(name in program.method_names for name in IMAGE_METHODS):
+        return None
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(args.tokenizer or os.path.dirname(os.path.abspath(args.pte)))

@@ -174,7 +174,7 @@ class Session:
     program: object
     limits: dict = field(default_factory=dict)
     position: int = 0
-    # Image features for the placeholder tokens of the next prompt (etmlx.multimodal.images)
+    # Image features for the prompt's placeholder tokens (etmlx.multimodal.images.PromptImages)
     images: object = None
 
     def __post_init__(self):
@@ -215,7 +215,7 @@ class Session:
         chunk = self.limits["get_max_seq_len"]
         for start in range(0, len(tokens), chunk):
             piece = tokens[start:start + chunk]
-            if self.images is not None and self.images.placed_in(piece):
+            if self.images is not None and self.images.placed_in(self.position, piece):
                 logits = self.images.feed(self, piece)
             else:
                 logits = self._call("forward", piece)

@@ -1,8 +1,10 @@
 """Prompts with images for a vision-language program (``export``): the checkpoint's
 processor makes the prompt's ids (each image's placeholder token repeated once per feature
 row) and the pixel values; ``vision_encoder`` makes the features, which take the
-placeholders' places among the prompt's token embeddings in ``text_decoder``'s calls."""
+placeholders' places among the prompt's token embeddings in ``text_decoder``'s calls
+(``PromptImages``)."""
 
+import bisect
 import os
 
 import numpy as np
@@ -19,10 +21,15 @@ def image_prompt(folder, prompt: str, image) -> tuple:
     from transformers import AutoProcessor
 
     image = read_image(image) if isinstance(image, (str, os.PathLike)) else image
-    processor = AutoProcessor.from_pretrained(folder)
     turn = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
-    text = processor.apply_chat_template(turn, add_generation_prompt=True)
-    inputs = processor(images=image, text=text, return_tensors="pt", add_special_tokens=False)
+    return conversation_prompt(AutoProcessor.from_pretrained(folder), turn, [image])
+
+
+def conversation_prompt(processor, messages: list, images: list) -> tuple:
+    """``(ids, pixel_values)`` of ``messages`` (their image parts standing for ``images``,
+    in order) in the processor's chat template, up to the assistant's turn."""
+    text = processor.apply_chat_template(messages, add_generation_prompt=True)
+    inputs = processor(images=images, text=text, return_tensors="pt", add_special_tokens=False)
     return inputs["input_ids"][0].tolist(), inputs["pixel_values"]
 
 
@@ -46,31 +53,47 @@ def check_takes_images(program, path) -> None:
                               "checkpoint (LLaVA) with etmlx export-llm")
 
 
-class PendingImages:
-    """Image features waiting for their placeholder tokens (``Session.images``): a chunk of
-    the prompt that holds placeholders runs through ``text_decoder`` with the next feature
-    rows in their places; chunks without, and placeholder tokens past the features (a
-    generated one, say), run as ids, as transformers' generate embeds them."""
+class PromptImages:
+    """The image features of a prompt's placeholder tokens (``Session.images``). ``ids``
+    is the whole prompt from position 0, ``pixel_values`` its images in order (one batch
+    row each). A chunk fed at positions that hold placeholders runs through
+    ``text_decoder`` with those placeholders' feature rows in their places, wherever the
+    chunk starts (a cache that holds the first images already feeds only the rest); every
+    other call is ``forward``'s (a placeholder token generated later is embedded as a
+    token, as transformers' generate embeds it). ``encoded``: features of earlier images
+    (a list, extended with the new ones), so a conversation encodes each image once."""
 
-    def __init__(self, program, pixel_values):
+    def __init__(self, program, pixel_values, ids: list, encoded: list | None = None):
         import torch
 
         check_takes_images(program, "this program")
         self.program = program
-        self.image_token = int(program.run_method("image_token_id", [])[0])
-        features = _tensor(program.run_method("vision_encoder", [pixel_values])[0])
-        self.features, self.used = features.reshape(-1, features.shape[-1]), 0
-        self._torch = torch
+        image_token = int(program.run_method("image_token_id", [])[0])
+        encoded = encoded if encoded is not None else []
+        for image in range(len(encoded), pixel_values.shape[0]):
+            features = _tensor(program.run_method("vision_encoder", [pixel_values[image:image + 1]])[0])
+            encoded.append(features.reshape(-1, features.shape[-1]))
+        features = torch.cat(encoded[:pixel_values.shape[0]]) if pixel_values.shape[0] else None
+        self.slots = [position for position, token in enumerate(ids) if token == image_token]
+        if len(self.slots) != (0 if features is None else len(features)):
+            raise GenerationError(f"the prompt holds {len(self.slots)} image tokens for "
+                                  f"{0 if features is None else len(features)} rows of image features")
+        self.features = features
 
-    def placed_in(self, tokens: list) -> bool:
-        return self.used < len(self.features) and self.image_token in tokens
+    def _rows(self, start: int, count: int) -> list:
+        """(slot within the chunk, feature row) of the placeholders at positions [start, start + count)."""
+        first = bisect.bisect_left(self.slots, start)
+        last = bisect.bisect_left(self.slots, start + count)
+        return [(self.slots[row] - start, row) for row in range(first, last)]
+
+    def placed_in(self, start: int, tokens: list) -> bool:
+        return bool(self._rows(start, len(tokens)))
 
     def feed(self, session, tokens: list):
         embeddings = _tensor(self.program.run_method("token_embedding", [np.asarray([tokens], dtype=np.int64)])[0])
         embeddings = embeddings.clone()
-        slots = [i for i, token in enumerate(tokens) if token == self.image_token][:len(self.features) - self.used]
-        embeddings[0, slots] = self.features[self.used:self.used + len(slots)].to(embeddings.dtype)
-        self.used += len(slots)
+        rows = self._rows(session.position, len(tokens))
+        embeddings[0, [slot for slot, _ in rows]] = self.features[[row for _, row in rows]].to(embeddings.dtype)
         return session.run_at_next_positions("text_decoder", embeddings, len(tokens))
 
 

@@ -12,7 +12,7 @@ import torch
 import etmlx
 import runtimes
 from etmlx.llm.generation import GenerationError, Session, generate_tokens
-from etmlx.multimodal.images import PendingImages, image_prompt
+from etmlx.multimodal.images import PromptImages, image_prompt
 from examples import vision_language
 
 NEW_TOKENS = 10
@@ -26,7 +26,7 @@ def llava(tmp_path_factory):
 
     folder = vision_language.tiny_llava_checkpoint(tmp_path_factory.mktemp("llava") / "checkpoint")
     pte = os.path.join(tmp_path_factory.mktemp("exported"), "llava.pte")
-    result = etmlx.export_llm(folder, pte, max_seq_len=MAX_SEQ_LEN, max_context=96)
+    result = etmlx.export_llm(folder, pte, max_seq_len=MAX_SEQ_LEN, max_context=160)
     model = AutoModelForImageTextToText.from_pretrained(folder).eval()
     return folder, pte, result, model, AutoProcessor.from_pretrained(folder)
 
@@ -69,7 +69,7 @@ def test_an_image_turn_gives_transformers_greedy_tokens(llava, tmp_path, seed):
     ids, pixel_values = image_prompt(os.path.dirname(pte), "what is in it?", image)
     program = runtimes.load(pte)
     session = Session(program)
-    session.images = PendingImages(program, pixel_values)
+    session.images = PromptImages(program, pixel_values, ids)
     tokens = list(generate_tokens(session, ids, NEW_TOKENS, stop_at_eos=False))
     assert tokens == eager(model, processor, "what is in it?", image) and len(set(tokens)) > 3
 
@@ -104,6 +104,26 @@ def test_a_text_turn_runs_the_language_model_alone(llava):
     assert tokens == eager(model, processor, "hello there")
 
 
+def test_a_conversation_with_two_images_follows_eager(llava, tmp_path):
+    """Chat turns with images: each turn feeds only what the cache does not hold (the
+    second image's placeholders sit past the first turn's), each image encoded once."""
+    from etmlx.llm.chat import Chat
+
+    _, pte, _, model, processor = llava
+    images = [vision_language_image(vision_language.write_image(tmp_path / f"{i}.png", seed=10 + i)) for i in range(2)]
+    chat = Chat(Session(runtimes.load(pte)), processor.tokenizer, max_new_tokens=NEW_TOKENS, processor=processor)
+    eos = model.generation_config.eos_token_id
+    for text, image in (("first?", images[0]), ("and then?", None), ("second?", images[1])):
+        reply = "".join(chat.reply(text, image))
+        text_so_far = processor.apply_chat_template(chat.messages[:-1], add_generation_prompt=True)
+        inputs = processor(images=chat.images, text=text_so_far, return_tensors="pt", add_special_tokens=False)
+        with torch.no_grad():
+            out = model.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=eos)
+        expected = [t for t in out[0, inputs["input_ids"].shape[1]:].tolist() if t != eos]
+        assert reply == processor.tokenizer.decode(expected, skip_special_tokens=True)
+    assert chat.fed_from > 0 and len(chat.encoded) == 2  # the last turn fed past the cached first ones
+
+
 def test_generate_with_an_image_prints_the_text(llava, tmp_path):
     _, pte, _, model, processor = llava
     image = vision_language.write_image(tmp_path / "photo.jpg", seed=3)
@@ -125,12 +145,12 @@ def test_bad_images_and_programs_get_one_line(llava, tmp_path):
                                "hi"], capture_output=True, text=True, timeout=300)
         assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
     image = vision_language.write_image(tmp_path / "image.png")
-    ids, pixel_values = image_prompt(os.path.dirname(pte), "word " * 60, image)
+    ids, pixel_values = image_prompt(os.path.dirname(pte), "word " * 150, image)
     session = Session(etmlx.load(pte))
-    session.images = PendingImages(session.program, pixel_values)
-    with pytest.raises(GenerationError, match=r"the prompt's \d+ tokens are past the context of 96 tokens"):
+    session.images = PromptImages(session.program, pixel_values, ids)
+    with pytest.raises(GenerationError, match=r"the prompt's \d+ tokens are past the context of 160 tokens"):
         list(generate_tokens(session, ids, 4))
     mlp = tmp_path / "mlp.pte"
     etmlx.export(torch.nn.Linear(4, 4), (torch.zeros(1, 4),), mlp)
     with pytest.raises(GenerationError, match="takes no images"):
-        PendingImages(etmlx.load(mlp), pixel_values)
+        PromptImages(etmlx.load(mlp), pixel_values, ids)
