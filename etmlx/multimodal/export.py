@@ -22,6 +22,11 @@ import time
 from etmlx.errors import ExportError, first_line
 
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
+# The model types whose image features and attention etmlx's methods reproduce (tested
+# against eager). Others export without an error but would compute other numbers (Gemma 3
+# attends both ways among an image's tokens; LLaVA-NeXT and Idefics3 tile an image), so
+# they are refused by name.
+MODEL_TYPES = ("llava",)
 
 
 def is_image_text(model_dir) -> bool:
@@ -49,6 +54,11 @@ def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int =
 
     report = progress or (lambda stage, seconds: None)
     started = time.perf_counter()
+    with open(os.path.join(model_dir, "config.json")) as f:
+        model_type = json.load(f).get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise ExportError(f"{model_dir}: a {model_type} vision-language model, which etmlx does not export yet; "
+                          f"it exports {', '.join(MODEL_TYPES)} (and causal LMs, Whisper)")
     for path in sorted(glob.glob(os.path.join(model_dir, "*.safetensors"))):
         safetensors_file.check(path)
     try:

@@ -150,6 +150,12 @@ def test_bad_images_and_programs_get_one_line(llava, tmp_path):
     session.images = PromptImages(session.program, pixel_values, ids)
     with pytest.raises(GenerationError, match=r"the prompt's \d+ tokens are past the context of 160 tokens"):
         list(generate_tokens(session, ids, 4))
+    from transformers import Gemma3Config
+
+    gemma = tmp_path / "gemma3"
+    Gemma3Config().save_pretrained(gemma)
+    with pytest.raises(etmlx.ExportError, match="a gemma3 vision-language model, which etmlx does not export yet"):
+        etmlx.export_llm(gemma, tmp_path / "gemma3.pte")
     mlp = tmp_path / "mlp.pte"
     etmlx.export(torch.nn.Linear(4, 4), (torch.zeros(1, 4),), mlp)
     with pytest.raises(GenerationError, match="takes no images"):
