@@ -23,16 +23,9 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
+from timing import best_of  # noqa: E402
+
 QUESTION = "What is in this picture?"
-
-
-def best_of(repeats: int, run) -> tuple:
-    result, times = None, []
-    for _ in range(repeats + 1):  # the first: compiles and warms the caches
-        started = time.perf_counter()
-        result = run()
-        times.append(time.perf_counter() - started)
-    return min(times[1:]), result
 
 
 def etmlx_rows(pte, ids, pixel_values, repeats: int) -> list:

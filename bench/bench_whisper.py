@@ -21,6 +21,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
+from timing import best_of  # noqa: E402
+
 SHAPES = {  # d_model, layers (encoder and decoder each), heads: openai/whisper-tiny and -base
     "tiny": (384, 4, 6),
     "base": (512, 6, 8),
@@ -118,15 +120,6 @@ def mlx_whisper_window(model, samples, tokens: int) -> list:
         out.append(int(mx.argmax(logits[0, -1]).item()))
         logits, cache, _ = model.decoder(mx.array([[out[-1]]]), audio, kv_cache=cache)
     return out
-
-
-def best_of(repeats: int, run) -> tuple:
-    result, times = None, []
-    for _ in range(repeats + 1):  # the first: compiles and warms the caches
-        started = time.perf_counter()
-        result = run()
-        times.append(time.perf_counter() - started)
-    return min(times[1:]), result
 
 
 def main() -> None:

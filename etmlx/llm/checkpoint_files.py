@@ -1,11 +1,12 @@
 """What export-llm reads of a checkpoint folder beside its weights, shared by the causal-LM
 and the speech export: the tokenizer files copied beside the ``.pte``, and the refusal of a
-checkpoint that lacks tensors its model needs."""
+checkpoint that lacks tensors its model needs, as one loading step."""
 
+import glob
 import os
 import shutil
 
-from etmlx.errors import ExportError
+from etmlx.errors import ExportError, first_line
 
 # What a tokenizer of a checkpoint folder is made of (whichever it has), and its chat template.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
@@ -37,3 +38,31 @@ def copy_tokenizer(model_dir, destination, extra=()) -> list:
                 shutil.copyfile(source, target)
             copied.append(name)
     return copied
+
+
+def load_checkpoint(model_class, model_dir, dtype, kind: str):
+    """``model_class.from_pretrained(model_dir)`` in eval mode, in ``dtype`` ("float32",
+    ...; None: the checkpoint's own), after checking its safetensors files, and refused
+    when it lacks tensors the model needs; ``kind`` names what it was read as in errors."""
+    import torch
+
+    from . import safetensors_file
+
+    for path in sorted(glob.glob(os.path.join(model_dir, "*.safetensors"))):
+        safetensors_file.check(path)
+    try:
+        model, info = model_class.from_pretrained(model_dir, dtype="auto" if dtype is None else getattr(torch, dtype),
+                                                  output_loading_info=True)
+    except (ValueError, OSError, KeyError) as error:
+        raise ExportError(f"transformers cannot load {model_dir} as {kind}: {first_line(error)}") from error
+    refuse_incomplete(model_dir, type(model).__name__, info)
+    return model.eval()
+
+
+def load_processor(processor_class, model_dir, what: str):
+    """``processor_class.from_pretrained(model_dir)`` (a feature extractor, a processor),
+    or one ExportError saying the folder's ``what`` cannot be read."""
+    try:
+        return processor_class.from_pretrained(model_dir)
+    except (ValueError, OSError, KeyError) as error:
+        raise ExportError(f"{model_dir}: transformers cannot read its {what}: {first_line(error)}") from error

@@ -14,12 +14,11 @@ raised to that): ExecuTorch's MultimodalRunner prefills an image's embeddings in
 
 The processor's files (its image preprocessing and chat template) are copied beside it."""
 
-import glob
 import json
 import os
 import time
 
-from etmlx.errors import ExportError, first_line
+from etmlx.errors import ExportError
 
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 # The model types whose image features and attention etmlx's methods reproduce (tested
@@ -43,12 +42,11 @@ def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int =
                       dtype=None, progress=None):
     """Exports the image-text-to-text model in ``model_dir`` to ``output``; the options as
     ``etmlx.llm.export.export_llm`` takes them. Returns the ExportResult."""
-    import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from etmlx.exporter import export_methods
-    from etmlx.llm import causal_lm, safetensors_file
-    from etmlx.llm.checkpoint_files import copy_tokenizer, refuse_incomplete
+    from etmlx.llm import causal_lm
+    from etmlx.llm.checkpoint_files import copy_tokenizer, load_checkpoint, load_processor
 
     from . import image_program
 
@@ -59,21 +57,12 @@ def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int =
     if model_type not in MODEL_TYPES:
         raise ExportError(f"{model_dir}: a {model_type} vision-language model, which etmlx does not export yet; "
                           f"it exports {', '.join(MODEL_TYPES)} (and causal LMs, Whisper)")
-    for path in sorted(glob.glob(os.path.join(model_dir, "*.safetensors"))):
-        safetensors_file.check(path)
-    try:
-        processor = AutoProcessor.from_pretrained(model_dir)
-        model, info = AutoModelForImageTextToText.from_pretrained(
-            model_dir, dtype="auto" if dtype is None else getattr(torch, dtype), output_loading_info=True)
-    except (ValueError, OSError, KeyError) as error:
-        raise ExportError(f"transformers cannot load {model_dir} as an image-text-to-text model: "
-                          f"{first_line(error)}") from error
-    refuse_incomplete(model_dir, type(model).__name__, info)
+    processor = load_processor(AutoProcessor, model_dir, "processor (the image preprocessing and chat template)")
+    model = load_checkpoint(AutoModelForImageTextToText, model_dir, dtype, "an image-text-to-text model")
     image_token_id = getattr(model.config, "image_token_id", None)
     if image_token_id is None or not hasattr(model.model, "get_image_features"):
         raise ExportError(f"{model_dir}: a {model.config.model_type} model, whose image features etmlx cannot take "
                           "(it exports LLaVA-style models: get_image_features and an image placeholder token)")
-    model.eval()
     report("load", time.perf_counter() - started)
     if quantize is not None:
         from etmlx.quant.weights import quantize as quantize_weights

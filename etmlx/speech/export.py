@@ -1,12 +1,11 @@
 """``etmlx export-llm`` of a Whisper checkpoint folder: one ``.pte`` (``whisper_program``)
 with the tokenizer, generation config and preprocessor config copied beside it."""
 
-import glob
 import json
 import os
 import time
 
-from etmlx.errors import ExportError, first_line
+from etmlx.errors import ExportError
 
 SPEECH_FILES = ("preprocessor_config.json",)
 
@@ -27,12 +26,10 @@ def export_whisper(model_dir, output, *, max_context=None, quantize=None, group_
     ``quantize``/``group_size``: weight-only quantization of the linear layers, as
     ``etmlx.export`` takes them; ``dtype``: of the weights and activations (default: the
     checkpoint's; the log-mel front end computes in float32 always). Returns the ExportResult."""
-    import torch
     from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
 
     from etmlx.exporter import export_methods
-    from etmlx.llm import safetensors_file
-    from etmlx.llm.checkpoint_files import copy_tokenizer, refuse_incomplete
+    from etmlx.llm.checkpoint_files import copy_tokenizer, load_checkpoint, load_processor
 
     from . import whisper_program
 
@@ -41,19 +38,11 @@ def export_whisper(model_dir, output, *, max_context=None, quantize=None, group_
     if not os.path.isfile(os.path.join(model_dir, "preprocessor_config.json")):
         raise ExportError(f"{model_dir} has no preprocessor_config.json: the log-mel settings (mel bins, window) "
                           "of its feature extractor are needed")
-    for path in sorted(glob.glob(os.path.join(model_dir, "*.safetensors"))):
-        safetensors_file.check(path)
-    try:
-        extractor = WhisperFeatureExtractor.from_pretrained(model_dir)
-        model, info = WhisperForConditionalGeneration.from_pretrained(
-            model_dir, dtype="auto" if dtype is None else getattr(torch, dtype), output_loading_info=True)
-    except (ValueError, OSError, KeyError) as error:
-        raise ExportError(f"transformers cannot load {model_dir} as Whisper: {first_line(error)}") from error
-    refuse_incomplete(model_dir, type(model).__name__, info)
+    extractor = load_processor(WhisperFeatureExtractor, model_dir, "Whisper feature extractor")
+    model = load_checkpoint(WhisperForConditionalGeneration, model_dir, dtype, "Whisper")
     if extractor.feature_size != model.config.num_mel_bins:
         raise ExportError(f"{model_dir}: its feature extractor makes {extractor.feature_size} mel bins, the model "
                           f"takes {model.config.num_mel_bins}")
-    model.eval()
     report("load", time.perf_counter() - started)
     quantized = ()
     if quantize is not None:
