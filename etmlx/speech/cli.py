@@ -42,5 +42,6 @@ def _transcribe(args) -> int:
     else:
         print(transcript.text)
     if transcript.language:
-        print(f"language: {', '.join(sorted(set(transcript.language)))}", file=sys.stderr)
+        codes = sorted({token.strip("<|>") for token in transcript.language})
+        print(f"language: {', '.join(codes)}", file=sys.stderr)
     return 0
