@@ -28,7 +28,9 @@ def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, q
     """Exports the causal LM in ``model_dir`` (a checkpoint folder, a Hugging Face Hub id,
     ``checkpoint_folder``, or a ``.gguf`` file, its quantized weights kept as they are:
     ``gguf_model``) to ``output``; returns the ExportResult, whose ``quantized`` names
-    each quantized layer and ``formats`` the format it runs in.
+    each quantized layer and ``formats`` the format it runs in. A Whisper folder is
+    exported by ``etmlx.speech.export``, a vision-language one (LLaVA) by
+    ``etmlx.multimodal.export``.
 
     ``max_context``: the KV cache's capacity in tokens (default: the model's
     ``max_position_embeddings``, at most 2048); ``max_seq_len``: the most tokens one call
@@ -46,19 +48,17 @@ def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, q
 
     if dtype is not None and dtype not in DTYPES:
         raise ExportError(f"dtype={dtype!r}: expected one of {', '.join(DTYPES)}")
-    if not gguf_model.is_gguf(model_dir) and speech_export.is_whisper(checkpoint_folder(model_dir)):
-        language_model_only = {"sample_on_device": sample_on_device, "kv_bits": kv_bits, "verify": verify}
-        for option, value in language_model_only.items():
+    folder = None if gguf_model.is_gguf(model_dir) else checkpoint_folder(model_dir)
+    speech, vision = folder and speech_export.is_whisper(folder), folder and multimodal_export.is_image_text(folder)
+    if speech or vision:
+        for option, value in {"sample_on_device": sample_on_device, "kv_bits": kv_bits, "verify": verify}.items():
             if value:
-                raise ExportError(f"{option}: a language model's option; Whisper's decoder does not take it")
-        return speech_export.export_whisper(checkpoint_folder(model_dir), output, max_context=max_context,
-                                            quantize=quantize, group_size=group_size, dtype=dtype, progress=progress)
-    if not gguf_model.is_gguf(model_dir) and multimodal_export.is_image_text(checkpoint_folder(model_dir)):
-        if sample_on_device or kv_bits or verify:
-            raise ExportError("sample_on_device, kv_bits and verify: not yet for a vision-language model")
-        return multimodal_export.export_image_text(checkpoint_folder(model_dir), output, max_context=max_context,
-                                                   max_seq_len=max_seq_len, quantize=quantize, group_size=group_size,
-                                                   dtype=dtype, progress=progress)
+                raise ExportError(f"{option}: a language model's option, which {folder}'s "
+                                  f"{'Whisper' if speech else 'vision-language'} model does not take")
+        common = dict(max_context=max_context, quantize=quantize, group_size=group_size, dtype=dtype, progress=progress)
+        if speech:
+            return speech_export.export_whisper(folder, output, **common)
+        return multimodal_export.export_image_text(folder, output, max_seq_len=max_seq_len, **common)
     decoding = large_blocks_apart() if gguf_model.is_gguf(model_dir) else contextlib.nullcontext()
     with deferred.scope(), decoding:  # quantized weights' integers are computed as they are packed
         methods = dict(sample_on_device=sample_on_device, kv_bits=kv_bits, kv_group_size=kv_group_size, verify=verify)
