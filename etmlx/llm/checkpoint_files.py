@@ -1,6 +1,6 @@
-"""What export-llm reads of a checkpoint folder beside its weights, shared by the causal-LM
-and the speech export: the tokenizer files copied beside the ``.pte``, and the refusal of a
-checkpoint that lacks tensors its model needs, as one loading step."""
+"""How export-llm reads a checkpoint folder, for the causal-LM, speech and vision-language
+exports alike: the model (safetensors checked, loaded in a dtype, refused when tensors are
+missing), its processor, and the tokenizer files copied beside the ``.pte``."""
 
 import glob
 import os

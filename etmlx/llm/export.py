@@ -3,7 +3,6 @@ a ``.pte`` that ExecuTorch's LLM runner and ``etmlx generate`` drive (``etmlx.ll
 with the tokenizer files beside it."""
 
 import contextlib
-import glob
 import os
 import time
 
@@ -11,9 +10,9 @@ from etmlx.errors import ExportError, first_line
 from etmlx.multimodal import export as multimodal_export
 from etmlx.speech import export as speech_export
 
-from . import causal_lm, gguf_model, safetensors_file
+from . import causal_lm, gguf_model
 from .allocator import large_blocks_apart
-from .checkpoint_files import TOKENIZER_FILES, copy_tokenizer, refuse_incomplete
+from .checkpoint_files import TOKENIZER_FILES, copy_tokenizer
 
 DEFAULT_MAX_CONTEXT = 2048
 DTYPES = ("float32", "bfloat16", "float16")
@@ -81,7 +80,7 @@ def _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_siz
         model, tokenizer, formats, declined = loaded.model, loaded.tokenizer, loaded.formats, loaded.declined
     else:
         model_dir = checkpoint_folder(model_dir)
-        model = _load(model_dir, "auto" if dtype is None else getattr(torch, dtype))
+        model = _load(model_dir, dtype)
     capacity = max_context or min(getattr(model.config, "max_position_embeddings", None) or DEFAULT_MAX_CONTEXT,
                                   DEFAULT_MAX_CONTEXT)
     if not isinstance(capacity, int) or capacity < 1:
@@ -135,24 +134,19 @@ def checkpoint_folder(model) -> str:
 def _load(model_dir, dtype):
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from .checkpoint_files import load_checkpoint
+
     if not os.path.isdir(model_dir):
         raise ExportError(f"{model_dir}: no such directory (a Hugging Face checkpoint folder: config.json, weights, tokenizer)")
     if not os.path.isfile(os.path.join(model_dir, "config.json")):
         raise ExportError(f"{model_dir} has no config.json: not a Hugging Face checkpoint folder")
-    for path in sorted(glob.glob(os.path.join(model_dir, "*.safetensors"))):
-        safetensors_file.check(path)
     try:
         config = AutoConfig.from_pretrained(model_dir)  # an unknown model_type fails here, by name
     except (ValueError, OSError, KeyError) as error:
         raise ExportError(f"transformers cannot load {model_dir} as a causal LM: {first_line(error)}") from error
     _refuse_other_than_causal_lm(model_dir, config)
     causal_lm.refuse_recurrent_layers(config)
-    try:
-        model, info = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, output_loading_info=True)
-    except (ValueError, OSError, KeyError) as error:
-        raise ExportError(f"transformers cannot load {model_dir} as a causal LM: {first_line(error)}") from error
-    refuse_incomplete(model_dir, type(model).__name__, info)
-    return model.eval()
+    return load_checkpoint(AutoModelForCausalLM, model_dir, dtype, "a causal LM")
 
 
 def _refuse_other_than_causal_lm(model_dir, config) -> None:

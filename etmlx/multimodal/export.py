@@ -59,10 +59,6 @@ def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int =
                           f"it exports {', '.join(MODEL_TYPES)} (and causal LMs, Whisper)")
     processor = load_processor(AutoProcessor, model_dir, "processor (the image preprocessing and chat template)")
     model = load_checkpoint(AutoModelForImageTextToText, model_dir, dtype, "an image-text-to-text model")
-    image_token_id = getattr(model.config, "image_token_id", None)
-    if image_token_id is None or not hasattr(model.model, "get_image_features"):
-        raise ExportError(f"{model_dir}: a {model.config.model_type} model, whose image features etmlx cannot take "
-                          "(it exports LLaVA-style models: get_image_features and an image placeholder token)")
     report("load", time.perf_counter() - started)
     if quantize is not None:
         from etmlx.quant.weights import quantize as quantize_weights
@@ -77,7 +73,7 @@ def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int =
     longest = min(max(max_seq_len, image_program.tokens_per_image(model, image_size)), capacity)
     methods = causal_lm.export_methods(text, longest, capacity, embeddings=True)
     methods.update(image_program.export_methods(model, text, image_size, longest))
-    methods["image_token_id"] = int(image_token_id)
+    methods["image_token_id"] = int(model.config.image_token_id)
     report("trace", time.perf_counter() - started)
     started = time.perf_counter()
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)

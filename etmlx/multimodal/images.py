@@ -7,8 +7,6 @@ placeholders' places among the prompt's token embeddings in ``text_decoder``'s c
 import bisect
 import os
 
-import numpy as np
-
 from etmlx.llm.generation import GenerationError
 
 IMAGE_METHODS = ("vision_encoder", "token_embedding", "text_decoder", "image_token_id")
@@ -70,15 +68,14 @@ class PromptImages:
         self.program = program
         image_token = int(program.run_method("image_token_id", [])[0])
         encoded = encoded if encoded is not None else []
-        for image in range(len(encoded), pixel_values.shape[0]):
-            features = _tensor(program.run_method("vision_encoder", [pixel_values[image:image + 1]])[0])
+        for image in range(len(encoded), pixel_values.shape[0]):  # outputs come back as torch tensors, as given
+            features = program.run_method("vision_encoder", [pixel_values[image:image + 1]])[0]
             encoded.append(features.reshape(-1, features.shape[-1]))
-        features = torch.cat(encoded[:pixel_values.shape[0]]) if pixel_values.shape[0] else None
+        self.features = torch.cat(encoded[:pixel_values.shape[0]])
         self.slots = [position for position, token in enumerate(ids) if token == image_token]
-        if len(self.slots) != (0 if features is None else len(features)):
-            raise GenerationError(f"the prompt holds {len(self.slots)} image tokens for "
-                                  f"{0 if features is None else len(features)} rows of image features")
-        self.features = features
+        if len(self.slots) != len(self.features):
+            raise GenerationError(f"the prompt holds {len(self.slots)} image tokens for {len(self.features)} rows "
+                                  "of image features")
 
     def _rows(self, start: int, count: int) -> list:
         """(slot within the chunk, feature row) of the placeholders at positions [start, start + count)."""
@@ -90,14 +87,10 @@ class PromptImages:
         return bool(self._rows(start, len(tokens)))
 
     def feed(self, session, tokens: list):
-        embeddings = _tensor(self.program.run_method("token_embedding", [np.asarray([tokens], dtype=np.int64)])[0])
-        embeddings = embeddings.clone()
+        import torch
+
+        embeddings = self.program.run_method("token_embedding", [torch.tensor([tokens])])[0]  # a copy: ours to fill
         rows = self._rows(session.position, len(tokens))
         embeddings[0, [slot for slot, _ in rows]] = self.features[[row for _, row in rows]].to(embeddings.dtype)
         return session.run_at_next_positions("text_decoder", embeddings, len(tokens))
 
-
-def _tensor(value):
-    import torch
-
-    return value if isinstance(value, torch.Tensor) else torch.from_numpy(np.asarray(value))

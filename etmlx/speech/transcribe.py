@@ -88,7 +88,7 @@ class Transcriber:
             window = np.zeros(self.window_samples, dtype=np.float32)
             chunk = samples[start:start + self.window_samples]
             window[:chunk.size] = chunk
-            features = _tensor(self.program.run_method("audio_preprocessor", [torch.from_numpy(window)])[0])
+            features = self.program.run_method("audio_preprocessor", [torch.from_numpy(window)])[0]  # torch, as given
             seconds = start / self.sample_rate
             for seek, tokens, complete in self._passes(features, language, task, timestamps, max_new_tokens,
                                                        transcript):
@@ -165,7 +165,7 @@ class Transcriber:
 
         logits = self.program.run_method("text_decoder", [torch.tensor([tokens]),
                                                           torch.arange(position, position + len(tokens))])[0]
-        return _tensor(logits).float()
+        return logits.float()
 
     def prompt(self, language=None, task=None, timestamps: bool = False) -> list:
         """The decoder's first tokens, as ``generate`` builds them: the start token, the
@@ -244,8 +244,3 @@ class Transcriber:
                 start, text = None, []
         return segments
 
-
-def _tensor(value):
-    import torch
-
-    return value if isinstance(value, torch.Tensor) else torch.from_numpy(np.asarray(value))
