@@ -244,3 +244,23 @@ def gated_delta(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: torch.
 @gated_delta.register_fake
 def _(q, k, v, gamma, beta, state):
     return v.new_empty(v.shape), state.new_empty(state.shape)
+
+
+@torch.library.custom_op("etmlx::selective_scan", mutates_args=())
+def selective_scan(x: torch.Tensor, dt: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor,
+                   state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mamba's selective state-space scan, one step at a time from ``state``: per step
+    each channel's state decays by ``exp(dt * a)``, takes in ``dt * x`` along ``b``, and
+    is read along ``c``. x, dt (B, T, D); a (D, N); b, c (B, T, N); state (B, D, N).
+    Returns the output (B, T, D) and the state after the last step."""
+    steps = []
+    for t in range(x.shape[1]):
+        decay = torch.exp(dt[:, t, :, None] * a)
+        state = decay * state + (dt[:, t] * x[:, t])[..., None] * b[:, t, None, :]
+        steps.append((state * c[:, t, None, :]).sum(-1))
+    return torch.stack(steps, dim=1), state
+
+
+@selective_scan.register_fake
+def _(x, dt, a, b, c, state):
+    return x.new_empty(x.shape), state.new_empty(state.shape)

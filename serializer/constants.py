@@ -12,7 +12,7 @@ nvfp4) of QuantizedMatmul and Dequantize, which have no biases. 9: buffers that 
 along an axis (KV caches whose memory follows the tokens held). 10: Quantize and
 QuantizedMatmul's ``transpose`` (quantized KV caches). 11: RandomUniform (keyed random
 numbers: the noise of ``mlx::sample``). 12: GatedDelta (the gated delta rule of
-linear-attention layers).
+linear-attention layers). 13: SelectiveScan (Mamba's selective state-space scan).
 """
 
 # The id ExecuTorch files payloads of this format under: the AOT backend's class name
@@ -20,7 +20,7 @@ linear-attention layers).
 BACKEND_ID = "EtMlxBackend"
 PAYLOAD_MAGIC = b"EMLX"
 # The payload format this etmlx writes; both readers refuse a newer one by name.
-FORMAT_VERSION = 12
+FORMAT_VERSION = 13
 # Slot counts past this are refused before a runtime allocates per-slot storage.
 MAX_SLOTS = 1 << 24
 # ETMLX_MAX_ARRAY_BYTES's default: the largest array one MLX node may make.

@@ -1,10 +1,11 @@
-"""Linear attention: the gated delta rule of Qwen3.5's and Qwen3-Next's recurrent layers
-on ``mx.fast.gated_delta_update`` (``etmlx::gated_delta``, written by
-``etmlx/llm/recurrent_state.py``)."""
+"""Linear attention and state spaces: the gated delta rule of Qwen3.5's and Qwen3-Next's
+recurrent layers on ``mx.fast.gated_delta_update`` (``etmlx::gated_delta``), and Mamba's
+selective scan (``etmlx::selective_scan``), both written by
+``etmlx/llm/recurrent_kernels.py``."""
 
 import torch
 
-from etmlx.serializer.generated.etmlx_ir import GatedDelta
+from etmlx.serializer.generated.etmlx_ir import GatedDelta, SelectiveScan
 
 from ..registry import lowers
 from .common import example_of, used_outputs
@@ -32,8 +33,38 @@ def _check_gated_delta(node, args):
     return None
 
 
-@lowers("etmlx::gated_delta", check=_check_gated_delta)
-def _lower_gated_delta(ctx, node, args):
-    operands = {name: ctx.tensor(getattr(args, name)) for name in OPERANDS}
-    for part in sorted(used_outputs(node)):
-        ctx.bind(node, ctx.emit(GatedDelta, **operands, finalState=part == 1), index=part)
+def _node_per_result(table, names):
+    """A lowering to one ``table`` node per result the graph uses (0: the output, 1: the
+    state after the last step); the runtimes compute the pair once."""
+    def lower(ctx, node, args):
+        operands = {name: ctx.tensor(getattr(args, name)) for name in names}
+        for part in sorted(used_outputs(node)):
+            ctx.bind(node, ctx.emit(table, **operands, finalState=part == 1), index=part)
+    return lower
+
+
+lowers("etmlx::gated_delta", check=_check_gated_delta)(_node_per_result(GatedDelta, OPERANDS))
+
+
+# selective_scan's operands, in its order.
+SCAN_OPERANDS = ("x", "dt", "a", "b", "c", "state")
+
+
+def _check_selective_scan(node, args):
+    """The runtimes' scan takes the shapes ``etmlx::selective_scan`` documents, in float32."""
+    x, dt, a, b, c, state = (example_of(getattr(args, name)) for name in SCAN_OPERANDS)
+    if any(t.dtype != torch.float32 for t in (x, dt, a, b, c, state)):
+        return "operands other than float32 (the state is kept in float32)"
+    if (x.dim(), dt.dim(), a.dim(), b.dim(), c.dim(), state.dim()) != (3, 3, 2, 3, 3, 3):
+        return "operands of other ranks than x, dt (B, T, D), a (D, N), b, c (B, T, N), state (B, D, N)"
+    batch, steps, channels = x.shape
+    size = a.shape[1]
+    if not all(isinstance(n, int) for n in (batch, channels, size)):
+        return "dynamic batch, channel count or state size"
+    if dt.shape != x.shape or b.shape != c.shape or b.shape != (batch, steps, size) \
+            or a.shape != (channels, size) or state.shape != (batch, channels, size):
+        return "operand shapes that do not agree"
+    return None
+
+
+lowers("etmlx::selective_scan", check=_check_selective_scan)(_node_per_result(SelectiveScan, SCAN_OPERANDS))

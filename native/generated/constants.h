@@ -9,7 +9,7 @@ namespace etmlx::native {
 
 inline constexpr const char* kBackendId = "EtMlxBackend";
 inline constexpr char kPayloadMagic[4] = {'E', 'M', 'L', 'X'};
-inline constexpr uint32_t kFormatVersion = 12;
+inline constexpr uint32_t kFormatVersion = 13;
 inline constexpr uint32_t kMaxSlots = 16777216;
 inline constexpr uint64_t kDefaultMaxArrayBytes = 17179869184;
 inline constexpr std::array<int, 6> kQuantizedBits = {2, 3, 4, 5, 6, 8};

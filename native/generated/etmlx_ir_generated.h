@@ -137,6 +137,9 @@ struct RopeBuilder;
 struct GatedDelta;
 struct GatedDeltaBuilder;
 
+struct SelectiveScan;
+struct SelectiveScanBuilder;
+
 struct Roll;
 struct RollBuilder;
 
@@ -263,6 +266,8 @@ inline const ::flatbuffers::TypeTable *SdpaTypeTable();
 inline const ::flatbuffers::TypeTable *RopeTypeTable();
 
 inline const ::flatbuffers::TypeTable *GatedDeltaTypeTable();
+
+inline const ::flatbuffers::TypeTable *SelectiveScanTypeTable();
 
 inline const ::flatbuffers::TypeTable *RollTypeTable();
 
@@ -897,11 +902,12 @@ enum class Op : uint8_t {
   Quantize = 47,
   RandomUniform = 48,
   GatedDelta = 49,
+  SelectiveScan = 50,
   MIN = NONE,
-  MAX = GatedDelta
+  MAX = SelectiveScan
 };
 
-inline const Op (&EnumValuesOp())[50] {
+inline const Op (&EnumValuesOp())[51] {
   static const Op values[] = {
     Op::NONE,
     Op::Unary,
@@ -952,13 +958,14 @@ inline const Op (&EnumValuesOp())[50] {
     Op::AllSum,
     Op::Quantize,
     Op::RandomUniform,
-    Op::GatedDelta
+    Op::GatedDelta,
+    Op::SelectiveScan
   };
   return values;
 }
 
 inline const char * const *EnumNamesOp() {
-  static const char * const names[51] = {
+  static const char * const names[52] = {
     "NONE",
     "Unary",
     "Binary",
@@ -1009,13 +1016,14 @@ inline const char * const *EnumNamesOp() {
     "Quantize",
     "RandomUniform",
     "GatedDelta",
+    "SelectiveScan",
     nullptr
   };
   return names;
 }
 
 inline const char *EnumNameOp(Op e) {
-  if (::flatbuffers::IsOutRange(e, Op::NONE, Op::GatedDelta)) return "";
+  if (::flatbuffers::IsOutRange(e, Op::NONE, Op::SelectiveScan)) return "";
   const size_t index = static_cast<size_t>(e);
   return EnumNamesOp()[index];
 }
@@ -1218,6 +1226,10 @@ template<> struct OpTraits<etmlx_ir::RandomUniform> {
 
 template<> struct OpTraits<etmlx_ir::GatedDelta> {
   static const Op enum_value = Op::GatedDelta;
+};
+
+template<> struct OpTraits<etmlx_ir::SelectiveScan> {
+  static const Op enum_value = Op::SelectiveScan;
 };
 
 template <bool B = false>
@@ -4709,6 +4721,121 @@ inline ::flatbuffers::Offset<GatedDelta> CreateGatedDelta(
   return builder_.Finish();
 }
 
+struct SelectiveScan FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
+  typedef SelectiveScanBuilder Builder;
+  static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
+    return SelectiveScanTypeTable();
+  }
+  enum FlatBuffersVTableOffset FLATBUFFERS_VTABLE_UNDERLYING_TYPE {
+    VT_X = 4,
+    VT_DT = 6,
+    VT_A = 8,
+    VT_B = 10,
+    VT_C = 12,
+    VT_STATE = 14,
+    VT_FINAL_STATE = 16,
+    VT_OUT = 18
+  };
+  const etmlx_ir::Tid *x() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_X);
+  }
+  const etmlx_ir::Tid *dt() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_DT);
+  }
+  const etmlx_ir::Tid *a() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_A);
+  }
+  const etmlx_ir::Tid *b() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_B);
+  }
+  const etmlx_ir::Tid *c() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_C);
+  }
+  const etmlx_ir::Tid *state() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_STATE);
+  }
+  bool final_state() const {
+    return GetField<uint8_t>(VT_FINAL_STATE, 0) != 0;
+  }
+  const etmlx_ir::Tid *out() const {
+    return GetStruct<const etmlx_ir::Tid *>(VT_OUT);
+  }
+  template <bool B = false>
+  bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
+    return VerifyTableStart(verifier) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_X, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_DT, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_A, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_B, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_C, 4) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_STATE, 4) &&
+           VerifyField<uint8_t>(verifier, VT_FINAL_STATE, 1) &&
+           VerifyField<etmlx_ir::Tid>(verifier, VT_OUT, 4) &&
+           verifier.EndTable();
+  }
+};
+
+struct SelectiveScanBuilder {
+  typedef SelectiveScan Table;
+  ::flatbuffers::FlatBufferBuilder &fbb_;
+  ::flatbuffers::uoffset_t start_;
+  void add_x(const etmlx_ir::Tid *x) {
+    fbb_.AddStruct(SelectiveScan::VT_X, x);
+  }
+  void add_dt(const etmlx_ir::Tid *dt) {
+    fbb_.AddStruct(SelectiveScan::VT_DT, dt);
+  }
+  void add_a(const etmlx_ir::Tid *a) {
+    fbb_.AddStruct(SelectiveScan::VT_A, a);
+  }
+  void add_b(const etmlx_ir::Tid *b) {
+    fbb_.AddStruct(SelectiveScan::VT_B, b);
+  }
+  void add_c(const etmlx_ir::Tid *c) {
+    fbb_.AddStruct(SelectiveScan::VT_C, c);
+  }
+  void add_state(const etmlx_ir::Tid *state) {
+    fbb_.AddStruct(SelectiveScan::VT_STATE, state);
+  }
+  void add_final_state(bool final_state) {
+    fbb_.AddElement<uint8_t>(SelectiveScan::VT_FINAL_STATE, static_cast<uint8_t>(final_state), 0);
+  }
+  void add_out(const etmlx_ir::Tid *out) {
+    fbb_.AddStruct(SelectiveScan::VT_OUT, out);
+  }
+  explicit SelectiveScanBuilder(::flatbuffers::FlatBufferBuilder &_fbb)
+        : fbb_(_fbb) {
+    start_ = fbb_.StartTable();
+  }
+  ::flatbuffers::Offset<SelectiveScan> Finish() {
+    const auto end = fbb_.EndTable(start_);
+    auto o = ::flatbuffers::Offset<SelectiveScan>(end);
+    return o;
+  }
+};
+
+inline ::flatbuffers::Offset<SelectiveScan> CreateSelectiveScan(
+    ::flatbuffers::FlatBufferBuilder &_fbb,
+    const etmlx_ir::Tid *x = nullptr,
+    const etmlx_ir::Tid *dt = nullptr,
+    const etmlx_ir::Tid *a = nullptr,
+    const etmlx_ir::Tid *b = nullptr,
+    const etmlx_ir::Tid *c = nullptr,
+    const etmlx_ir::Tid *state = nullptr,
+    bool final_state = false,
+    const etmlx_ir::Tid *out = nullptr) {
+  SelectiveScanBuilder builder_(_fbb);
+  builder_.add_out(out);
+  builder_.add_state(state);
+  builder_.add_c(c);
+  builder_.add_b(b);
+  builder_.add_a(a);
+  builder_.add_dt(dt);
+  builder_.add_x(x);
+  builder_.add_final_state(final_state);
+  return builder_.Finish();
+}
+
 struct Roll FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   typedef RollBuilder Builder;
   static const ::flatbuffers::TypeTable *MiniReflectTypeTable() {
@@ -5804,6 +5931,9 @@ struct Node FLATBUFFERS_FINAL_CLASS : private ::flatbuffers::Table {
   const etmlx_ir::GatedDelta *op_as_GatedDelta() const {
     return op_type() == etmlx_ir::Op::GatedDelta ? static_cast<const etmlx_ir::GatedDelta *>(op()) : nullptr;
   }
+  const etmlx_ir::SelectiveScan *op_as_SelectiveScan() const {
+    return op_type() == etmlx_ir::Op::SelectiveScan ? static_cast<const etmlx_ir::SelectiveScan *>(op()) : nullptr;
+  }
   template <bool B = false>
   bool Verify(::flatbuffers::VerifierTemplate<B> &verifier) const {
     return VerifyTableStart(verifier) &&
@@ -6008,6 +6138,10 @@ template<> inline const etmlx_ir::RandomUniform *Node::op_as<etmlx_ir::RandomUni
 
 template<> inline const etmlx_ir::GatedDelta *Node::op_as<etmlx_ir::GatedDelta>() const {
   return op_as_GatedDelta();
+}
+
+template<> inline const etmlx_ir::SelectiveScan *Node::op_as<etmlx_ir::SelectiveScan>() const {
+  return op_as_SelectiveScan();
 }
 
 struct NodeBuilder {
@@ -6647,6 +6781,10 @@ inline bool VerifyOp(::flatbuffers::VerifierTemplate<B> &verifier, const void *o
       auto ptr = reinterpret_cast<const etmlx_ir::GatedDelta *>(obj);
       return verifier.VerifyTable(ptr);
     }
+    case Op::SelectiveScan: {
+      auto ptr = reinterpret_cast<const etmlx_ir::SelectiveScan *>(obj);
+      return verifier.VerifyTable(ptr);
+    }
     default: return true;
   }
 }
@@ -7061,7 +7199,8 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     { ::flatbuffers::ET_SEQUENCE, 0, 45 },
     { ::flatbuffers::ET_SEQUENCE, 0, 46 },
     { ::flatbuffers::ET_SEQUENCE, 0, 47 },
-    { ::flatbuffers::ET_SEQUENCE, 0, 48 }
+    { ::flatbuffers::ET_SEQUENCE, 0, 48 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 49 }
   };
   static const ::flatbuffers::TypeFunction type_refs[] = {
     etmlx_ir::UnaryTypeTable,
@@ -7112,7 +7251,8 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     etmlx_ir::AllSumTypeTable,
     etmlx_ir::QuantizeTypeTable,
     etmlx_ir::RandomUniformTypeTable,
-    etmlx_ir::GatedDeltaTypeTable
+    etmlx_ir::GatedDeltaTypeTable,
+    etmlx_ir::SelectiveScanTypeTable
   };
   static const char * const names[] = {
     "NONE",
@@ -7164,10 +7304,11 @@ inline const ::flatbuffers::TypeTable *OpTypeTable() {
     "AllSum",
     "Quantize",
     "RandomUniform",
-    "GatedDelta"
+    "GatedDelta",
+    "SelectiveScan"
   };
   static const ::flatbuffers::TypeTable tt = {
-    ::flatbuffers::ST_UNION, 50, type_codes, type_refs, nullptr, nullptr, names
+    ::flatbuffers::ST_UNION, 51, type_codes, type_refs, nullptr, nullptr, names
   };
   return &tt;
 }
@@ -8135,6 +8276,36 @@ inline const ::flatbuffers::TypeTable *GatedDeltaTypeTable() {
     "v",
     "gamma",
     "beta",
+    "state",
+    "final_state",
+    "out"
+  };
+  static const ::flatbuffers::TypeTable tt = {
+    ::flatbuffers::ST_TABLE, 8, type_codes, type_refs, nullptr, nullptr, names
+  };
+  return &tt;
+}
+
+inline const ::flatbuffers::TypeTable *SelectiveScanTypeTable() {
+  static const ::flatbuffers::TypeCode type_codes[] = {
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 },
+    { ::flatbuffers::ET_BOOL, 0, -1 },
+    { ::flatbuffers::ET_SEQUENCE, 0, 0 }
+  };
+  static const ::flatbuffers::TypeFunction type_refs[] = {
+    etmlx_ir::TidTypeTable
+  };
+  static const char * const names[] = {
+    "x",
+    "dt",
+    "a",
+    "b",
+    "c",
     "state",
     "final_state",
     "out"

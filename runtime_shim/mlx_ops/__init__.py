@@ -13,12 +13,13 @@ from ..generated.mlx_functions import ARG_REDUCE_OP, BINARY_OP, REDUCE_OP, SCAN_
 
 from . import (
     attention, collectives, convolution, creation, elementwise, indexing, matmul, normalization, quantized, reduction, scan,
-    shape, sizes,
+    shape, sizes, state_space,
 )
 
 HANDLERS = {}
 _FAMILIES = (
     attention, collectives, convolution, creation, elementwise, indexing, matmul, normalization, quantized, reduction, scan, shape, sizes,
+    state_space,
 )
 for _family in _FAMILIES:
     HANDLERS.update(_family.HANDLERS)

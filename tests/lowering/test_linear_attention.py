@@ -73,5 +73,41 @@ def test_what_mlx_does_not_compute_is_refused_by_name(change, reason):
         lower(Fn(_rule), change(_operands(3)))
 
 
+def _scan_operands(steps, channels=6, size=4):
+    torch.manual_seed(1)
+    x, dt = torch.randn(1, steps, channels), torch.nn.functional.softplus(torch.randn(1, steps, channels))
+    a = -torch.rand(channels, size) * 4
+    b, c = torch.randn(1, steps, size), torch.randn(1, steps, size)
+    return x, dt, a, b, c, torch.randn(1, channels, size)
+
+
+def _scan(x, dt, a, b, c, state):
+    output, final = torch.ops.etmlx.selective_scan(x, dt, a, b, c, state)
+    return output * 2, final
+
+
+def test_the_selective_scan_over_a_dynamic_number_of_steps():
+    steps = Dim("steps", min=1, max=32)
+    shapes = tuple({1: steps} if x.dim() == 3 and i not in (5,) else None for i, x in enumerate(_scan_operands(5)))
+    lowered = delegated(_scan, _scan_operands(5), dynamic_shapes=shapes,
+                        run_with=[_scan_operands(1), _scan_operands(17)])
+    assert lowered.nodes.count("SelectiveScan") == 2
+
+
+def test_the_selective_scan_continues_from_its_state():
+    """Two calls, the second from the first's state, compute what one call over both does."""
+    x, dt, a, b, c, state = _scan_operands(9)
+    whole, final = torch.ops.etmlx.selective_scan(x, dt, a, b, c, state)
+    first, middle = torch.ops.etmlx.selective_scan(x[:, :4], dt[:, :4], a, b[:, :4], c[:, :4], state)
+    second, end = torch.ops.etmlx.selective_scan(x[:, 4:], dt[:, 4:], a, b[:, 4:], c[:, 4:], middle)
+    torch.testing.assert_close(torch.cat([first, second], dim=1), whole)
+    torch.testing.assert_close(end, final)
+
+
+def test_a_selective_scan_of_another_dtype_is_refused_by_name():
+    with pytest.raises(ExportError, match="etmlx::selective_scan: operands other than float32"):
+        lower(Fn(_scan), tuple(x.half() for x in _scan_operands(3)))
+
+
 def test_every_linear_attention_rule_is_tested(whole_file):
     assert untested_rules("linear_attention") == set()

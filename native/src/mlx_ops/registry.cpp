@@ -44,6 +44,7 @@ const Registry& registry() {
     register_scan(r);
     register_shape(r);
     register_sizes(r);
+    register_state_space(r);
     return r;
   }();
   return instance;

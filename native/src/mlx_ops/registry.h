@@ -70,6 +70,7 @@ void register_reduction(Registry& registry);
 void register_scan(Registry& registry);
 void register_shape(Registry& registry);
 void register_sizes(Registry& registry);
+void register_state_space(Registry& registry);
 
 // A family's op enum -> function table, in enum order, complete: checked at
 // compile time by each family with `covers_enum`.

@@ -54,6 +54,7 @@ class Op(object):
     Quantize = 47
     RandomUniform = 48
     GatedDelta = 49
+    SelectiveScan = 50
 
 def OpCreator(unionType, table):
     from flatbuffers.table import Table
@@ -206,4 +207,7 @@ def OpCreator(unionType, table):
     if unionType == Op.GatedDelta:
         import etmlx.serializer.generated.etmlx_ir.GatedDelta
         return etmlx.serializer.generated.etmlx_ir.GatedDelta.GatedDeltaT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == Op.SelectiveScan:
+        import etmlx.serializer.generated.etmlx_ir.SelectiveScan
+        return etmlx.serializer.generated.etmlx_ir.SelectiveScan.SelectiveScanT.InitFromBuf(table.Bytes, table.Pos)
     return None
