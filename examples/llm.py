@@ -79,6 +79,11 @@ HYBRIDS = {
         shared_intermediate_size=64, mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=16)),
     "bamba": ("BambaConfig", "BambaForCausalLM", dict(
         attn_layer_indices=[1], mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=16)),
+    "mamba": ("MambaConfig", "MambaForCausalLM", dict(state_size=16, expand=2, conv_kernel=4)),
+    "falcon_mamba": ("FalconMambaConfig", "FalconMambaForCausalLM", dict(state_size=16, expand=2, conv_kernel=4)),
+    "jamba": ("JambaConfig", "JambaForCausalLM", dict(
+        attn_layer_period=3, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1, num_experts=4,
+        num_experts_per_tok=2, mamba_d_state=16, mamba_expand=2, mamba_d_conv=4, mamba_dt_rank=8)),
     "nemotron_h": ("NemotronHConfig", "NemotronHForCausalLM", dict(
         layers_block_type=["linear_attention", "full_attention", "mlp"], head_dim=16, ssm_state_size=16,
         mamba_num_heads=8, mamba_head_dim=16, n_groups=2)),

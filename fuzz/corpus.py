@@ -149,6 +149,9 @@ def _factories():
     # recurrent states beside a KV cache (GatedDelta, convolution windows): Qwen3.5's layers
     yield "recurrent_states", llm.export_methods(llm.tiny_hybrid("qwen3_5", max_cache=32), 4, window_step=8), (
         torch.tensor([[1, 2, 3]]), torch.arange(3)), None
+    # Mamba's selective scan (SelectiveScan) from a stored state
+    yield "selective_scan", llm.export_methods(llm.tiny_hybrid("mamba", max_cache=32), 4), (
+        torch.tensor([[1, 2, 3]]), torch.arange(3)), None
 
 
 def build(directory: pathlib.Path) -> list:

@@ -8,6 +8,7 @@ import torch
 
 import etmlx
 from etmlx.inspection import inspect_program
+from etmlx.llm.recurrent_state import FAMILIES
 from examples import llm
 
 CAPACITY, CHUNK = 128, 4
@@ -40,8 +41,10 @@ def check_generation(model, result) -> None:
     assert recurrent and {f"cached.conv_state_{i}_0" for i in recurrent} <= buffers
     attention = [i for i, shape in enumerate(probe.layer_shapes) if shape is not None]
     assert {f"cached.key_cache_{i}" for i in attention} == {b for b in buffers if b.startswith("cached.key_cache_")}
-    delta_rule = "qwen3" in model.config.model_type
-    assert nodes.count("GatedDelta") == (2 * len(recurrent) if delta_rule else 0)
+    kind = FAMILIES[model.config.get_text_config().model_type]
+    recurrence = {"gated delta nets": "GatedDelta", "Mamba selective state spaces": "SelectiveScan"}.get(kind)
+    for node in ("GatedDelta", "SelectiveScan"):  # output and final state: two per layer
+        assert nodes.count(node) == (2 * len(recurrent) if node == recurrence else 0), node
     program = runtimes.load(result.path)  # both runtimes, their outputs compared at every call
     expected = uncached_greedy(model, PROMPT, 12)
     assert llm.greedy(program, PROMPT, 12) == expected

@@ -7,15 +7,21 @@ of a length it does not know (``recurrent_kernels``, while probing and tracing):
   ``mx.fast.gated_delta_update``; its state is kept in MLX's layout (B, Hv, Dv, Dk);
 - the state-space scan of Mamba2 layers (``mamba2_chunk_scan``, which pads every call
   to chunks of 256 tokens) becomes the same scan over the call's own tokens, as one
-  block of its quadratic form: no padding, so a decode step costs one token's work.
+  block of its quadratic form: no padding, so a decode step costs one token's work;
+- Mamba (v1) mixers (Mamba, Falcon-Mamba, Jamba) run ``selective_scan_mixer``: their
+  sequence path, whose scan transformers starts from zeros, as one
+  ``etmlx::selective_scan`` from the layer's stored state, so a later chunk of a long
+  prompt and a decode step continue where the last call ended.
 """
 
 import contextlib
 import sys
 
 import torch
+import torch.nn.functional as F
+from transformers.activations import ACT2FN
 
-from etmlx.lowering import custom_ops  # noqa: F401  (registers torch.ops.etmlx.gated_delta)
+from etmlx.lowering import custom_ops  # noqa: F401  (registers torch.ops.etmlx.gated_delta, selective_scan)
 
 
 def gated_delta_rule(query, key, value, g, beta, chunk_size: int = 64, initial_state=None,
@@ -89,11 +95,54 @@ def _segment_sums(log_decay, order):
     return torch.cumsum(torch.where(below, repeated, 0.0), dim=-2)
 
 
+def selective_scan_mixer(self, hidden_states, cache_params=None, attention_mask=None, **kwargs):
+    """The forward of transformers' Mamba (v1) mixers (``MambaMixer``, ``FalconMambaMixer``,
+    ``JambaMambaMixer``) over a ``RecurrentLayer``: the stored convolution window before the
+    call's columns, the optional norms of dt, B and C (Falcon-Mamba, Jamba), then the scan
+    from the stored state. (transformers masks padding only in batches of more than one
+    sequence; exports are of one.)"""
+    length, dtype = hidden_states.shape[1], hidden_states.dtype
+    x, gate = self.in_proj(hidden_states).transpose(1, 2).chunk(2, dim=1)  # (B, D, L) each
+    window = cache_params.update_conv_state(x, self.layer_idx, conv_kernel_size=self.conv_kernel_size)  # (B, D, K + L)
+    x = ACT2FN[self.activation](_causal_depthwise(window, self.conv1d, length)).transpose(1, 2)  # (B, L, D)
+    time_step, B, C = torch.split(self.x_proj(x), [self.time_step_rank, self.ssm_state_size, self.ssm_state_size],
+                                  dim=-1)
+    if hasattr(self, "dt_layernorm"):
+        time_step, B, C = self.dt_layernorm(time_step), self.b_layernorm(B), self.c_layernorm(C)
+    dt = F.softplus(F.linear(time_step, self.dt_proj.weight).float() + self.dt_proj.bias.float())
+    state = cache_params.get_recurrent_state(self.layer_idx, state_idx=0)
+    if state is None:  # (transformers' lazily allocating cache, while probing)
+        state = x.new_zeros(x.shape[0], x.shape[2], self.ssm_state_size, dtype=torch.float32)
+    output, final = torch.ops.etmlx.selective_scan(x.float(), dt, -torch.exp(self.A_log.float()), B.float(), C.float(),
+                                                   state.float())
+    cache_params.update_recurrent_state(final, self.layer_idx)
+    output = (output + x.float() * self.D.float()) * F.silu(gate.transpose(1, 2).float())
+    return self.out_proj(output.to(dtype))
+
+
+def _causal_depthwise(window, conv, length: int):
+    """``conv`` (a depthwise Conv1d of K taps) over the last ``length`` columns of
+    ``window`` (B, D, K + length), as K shifted products: MLX's CPU convolution, compiled
+    into a decode step, rounds differently from one trace to the next (a Mamba step's
+    logits moved by ~2e-6 between loads of one program); products and sums do not."""
+    weight = conv.weight[:, 0].to(window.dtype)  # (D, K)
+    taps = weight.shape[-1]
+    start = window.shape[-1] - length - taps + 1
+    output = sum(window[..., start + k:start + k + length] * weight[:, k, None] for k in range(taps))
+    return output if conv.bias is None else output + conv.bias.to(window.dtype)[:, None]
+
+
 # The modeling modules' recurrence functions ``recurrent_kernels`` replaces, by name.
 _REPLACEMENTS = {
     "torch_chunk_gated_delta_rule": gated_delta_rule,
     "torch_recurrent_gated_delta_rule": gated_delta_rule,
     "mamba2_chunk_scan": state_space_scan,
+}
+# The modeling modules' classes whose forward ``recurrent_kernels`` replaces, by name.
+_FORWARDS = {
+    "MambaMixer": selective_scan_mixer,
+    "FalconMambaMixer": selective_scan_mixer,
+    "JambaMambaMixer": selective_scan_mixer,
 }
 
 
@@ -103,10 +152,16 @@ def recurrent_kernels(model):
     ``_REPLACEMENTS`` does. No-op for a model without them."""
     module = sys.modules[type(model).__module__]
     replaced = {name: getattr(module, name) for name in _REPLACEMENTS if hasattr(module, name)}
+    classes = {getattr(module, name): forward for name, forward in _FORWARDS.items() if hasattr(module, name)}
+    forwards = {cls: cls.forward for cls in classes}
     for name in replaced:
         setattr(module, name, _REPLACEMENTS[name])
+    for cls, forward in classes.items():
+        cls.forward = forward
     try:
         yield
     finally:
         for name, function in replaced.items():
             setattr(module, name, function)
+        for cls, forward in forwards.items():
+            cls.forward = forward

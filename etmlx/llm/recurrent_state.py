@@ -34,6 +34,9 @@ FAMILIES = {
     "granitemoehybrid": "Mamba2 state spaces",
     "bamba": "Mamba2 state spaces",
     "nemotron_h": "Mamba2 state spaces",
+    "mamba": "Mamba selective state spaces",
+    "falcon_mamba": "Mamba selective state spaces",
+    "jamba": "Mamba selective state spaces",
 }
 # Families whose model numbers a call's tokens from 0 unless given their positions
 # (transformers 5.23's Bamba: its generate passes them; a cache's call does not).

@@ -114,13 +114,12 @@ def test_bad_input_is_one_clear_error(exported, tmp_path, capsys, args, message)
 
 
 @pytest.mark.parametrize("config, sizes, message", [
-    ("MambaConfig", dict(num_hidden_layers=2), "mamba: 2 of its 2 layers keep a recurrent state (linear_attention)"),
     ("Zamba2Config", dict(num_hidden_layers=2, layer_types=["linear_attention", "hybrid"], hybrid_layer_ids=[1]),
      "zamba2: 2 of its 2 layers keep a recurrent state (hybrid, linear_attention)"),
 ])
 def test_a_recurrent_family_is_refused_by_name_before_its_weights_load(tmp_path, capsys, config, sizes, message):
-    """Families whose recurrent layers etmlx does not export (Mamba's selective scan,
-    Zamba2's shared attention blocks): one line naming the family and what export-llm
+    """A family whose recurrent layers etmlx does not export (Zamba2's shared attention
+    blocks): one line naming the family and what export-llm
     takes, from config.json alone (no weights are written here), and the same from
     ``causal_lm.refuse_recurrent_layers``, which ``export_methods`` calls first."""
     import transformers
@@ -132,7 +131,7 @@ def test_a_recurrent_family_is_refused_by_name_before_its_weights_load(tmp_path,
     assert main(["export-llm", str(tmp_path / "checkpoint"), "-o", str(tmp_path / "x.pte")]) == 1
     error = capsys.readouterr().err
     assert message in error and "of a kind etmlx does not export yet" in error
-    assert "gated delta nets or Mamba2 state spaces (bamba, falcon_h1, granitemoehybrid, lfm2," in error
+    assert "gated delta nets, Mamba2 or Mamba selective state spaces (bamba, falcon_h1, falcon_mamba," in error
     assert "Traceback" not in error and not (tmp_path / "x.pte").exists()
     with pytest.raises(ExportError, match=re.escape(message)):
         causal_lm.refuse_recurrent_layers(made)

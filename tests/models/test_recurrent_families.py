@@ -1,7 +1,8 @@
 """Hybrid families whose layers keep a recurrent state (``etmlx.llm.recurrent_state``),
 one of each kind: LFM2's short convolutions, Qwen3-Next's gated delta nets (and experts),
 Mamba2's state spaces alone, Falcon-H1's beside attention in one layer, Nemotron-H's
-beside attention and MLP-only layers (all ten families: tests/sweep/test_hybrid_families.py).
+beside attention and MLP-only layers, Jamba's Mamba (v1) selective scans beside attention
+and experts (all thirteen families: tests/sweep/test_hybrid_families.py).
 Their states live in the delegate beside the KV cache, carried across a prompt prefilled
 in chunks and the decode steps, and zeroed by a call at position 0."""
 
@@ -13,7 +14,7 @@ from hybrids import PROMPT, check_generation, exported
 import etmlx
 from etmlx.llm import generation
 
-KINDS = ["lfm2", "qwen3_next", "mamba2", "falcon_h1", "nemotron_h"]
+KINDS = ["lfm2", "qwen3_next", "mamba2", "falcon_h1", "nemotron_h", "jamba"]
 
 
 @pytest.fixture(scope="module", params=KINDS)
