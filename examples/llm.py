@@ -84,6 +84,9 @@ HYBRIDS = {
     "jamba": ("JambaConfig", "JambaForCausalLM", dict(
         attn_layer_period=3, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1, num_experts=4,
         num_experts_per_tok=2, mamba_d_state=16, mamba_expand=2, mamba_d_conv=4, mamba_dt_rank=8)),
+    "zamba2": ("Zamba2Config", "Zamba2ForCausalLM", dict(
+        layer_types=["linear_attention", "hybrid", "linear_attention"], hybrid_layer_ids=[1], mamba_d_state=16,
+        n_mamba_heads=8, mamba_headdim=16, use_mem_rope=True)),
     "nemotron_h": ("NemotronHConfig", "NemotronHForCausalLM", dict(
         layers_block_type=["linear_attention", "full_attention", "mlp"], head_dim=16, ssm_state_size=16,
         mamba_num_heads=8, mamba_head_dim=16, n_groups=2)),

@@ -149,7 +149,7 @@ def _weights_not_cloned():
 def refuse_recurrent_layers(config) -> None:
     """One ExportError naming the family when transformers' static cache for ``config``
     has layers that keep a recurrent state instead of keys and values, of a kind etmlx
-    does not export (Zamba2's; ``etmlx.llm.recurrent_state`` names the families it does). Read from the config alone, before any weight is loaded."""
+    does not export (``etmlx.llm.recurrent_state`` names the families it does). Read from the config alone, before any weight is loaded."""
     from transformers import StaticCache
     from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
@@ -169,9 +169,9 @@ def refuse_recurrent_layers(config) -> None:
     kinds = sorted({layer_types[i] if i < len(layer_types) else type(layers[i]).__name__ for i in recurrent})
     raise ExportError(
         f"{config.model_type}: {len(recurrent)} of its {len(layers)} layers keep a recurrent state "
-        f"({', '.join(kinds)}) of a kind etmlx does not export yet (Zamba2's shared attention); "
-        "export-llm takes causal LMs of attention layers (full or sliding-window), and the hybrids of short "
-        "convolutions, gated delta nets, Mamba2 or Mamba selective state spaces "
+        f"({', '.join(kinds)}) of a kind etmlx does not export yet; export-llm takes causal LMs of attention "
+        "layers (full or sliding-window), and the hybrids of short convolutions, gated delta nets, Mamba2 or "
+        "Mamba selective state spaces "
         f"({', '.join(sorted({name.removesuffix('_text') for name in recurrent_families}))})")
 
 

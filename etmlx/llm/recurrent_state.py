@@ -34,6 +34,7 @@ FAMILIES = {
     "granitemoehybrid": "Mamba2 state spaces",
     "bamba": "Mamba2 state spaces",
     "nemotron_h": "Mamba2 state spaces",
+    "zamba2": "Mamba2 state spaces",
     "mamba": "Mamba selective state spaces",
     "falcon_mamba": "Mamba selective state spaces",
     "jamba": "Mamba selective state spaces",
@@ -114,6 +115,30 @@ def recurrent_static_layers():
     finally:
         mapping.update(before)
         executorch.get_head_shapes = head_shapes
+
+
+@contextlib.contextmanager
+def masks_sized_by_layers_with_keys():
+    """While in the block, transformers sizes a causal mask from the first layer that holds
+    keys: it counts a layer keeping a state and keys (Zamba2's hybrid ones) as recurrent,
+    so with no plain attention layer it would size the mask from a layer of no slots."""
+    from transformers import masking_utils
+
+    find = masking_utils.find_first_full_attention_index
+
+    def first_with_keys(cache) -> int:
+        index = find(cache)
+        layers = getattr(cache, "layers", [])
+        if index < len(layers) and isinstance(layers[index], RecurrentLayer) and layers[index].max_cache_len == 0:
+            holding = (i for i, layer in enumerate(layers) if isinstance(layer, RecurrentLayer) and layer.max_cache_len)
+            return next(holding, index)
+        return index
+
+    masking_utils.find_first_full_attention_index = first_with_keys
+    try:
+        yield
+    finally:
+        masking_utils.find_first_full_attention_index = find
 
 
 def _head_shapes_or_none_read(head_shapes):

@@ -16,7 +16,8 @@ from .attention_probe import attention_implementation, fit_to_attention, probe
 from etmlx.errors import ExportError
 from .quantized_cache import quantize_layers
 from .recurrent_state import (
-    NUMBERS_CALLS_FROM_ZERO, attach_states, cache_keyword, end_call, recurrent_static_layers, start_call,
+    NUMBERS_CALLS_FROM_ZERO, attach_states, cache_keyword, end_call, masks_sized_by_layers_with_keys,
+    recurrent_static_layers, start_call,
 )
 from .sliding_cache import Rings
 
@@ -87,10 +88,11 @@ class WindowedCausalLM(torch.nn.Module):
         # for windowed_sdpa: not every family passes its call's kwargs on to attention
         _TRACING.window, _TRACING.rings, _TRACING.quantized = window, self.rings, self.quantized
         try:
-            outputs = self.cached.model(
-                **model_inputs, attention_mask=None, **{self.cache_keyword: self.cached.static_cache}, use_cache=True,
-                **positions, **last_only,
-            )
+            with masks_sized_by_layers_with_keys():
+                outputs = self.cached.model(
+                    **model_inputs, attention_mask=None, **{self.cache_keyword: self.cached.static_cache},
+                    use_cache=True, **positions, **last_only,
+                )
         finally:  # no traced value may outlive the call: torch.export would make it an output
             _TRACING.window = _TRACING.rings = _TRACING.quantized = None
             self.rings.forget(self.cached.static_cache)

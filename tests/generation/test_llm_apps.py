@@ -114,12 +114,14 @@ def test_bad_input_is_one_clear_error(exported, tmp_path, capsys, args, message)
 
 
 @pytest.mark.parametrize("config, sizes, message", [
-    ("Zamba2Config", dict(num_hidden_layers=2, layer_types=["linear_attention", "hybrid"], hybrid_layer_ids=[1]),
-     "zamba2: 2 of its 2 layers keep a recurrent state (hybrid, linear_attention)"),
+    ("ZambaConfig", dict(num_hidden_layers=2, layers_block_type=["mamba", "hybrid"]),
+     "zamba: 2 of its 2 layers keep a recurrent state (hybrid, linear_attention)"),
+    ("RecurrentGemmaConfig", dict(num_hidden_layers=2, block_types=["recurrent", "attention"]),
+     "recurrent_gemma: 1 of its 2 layers keep a recurrent state (linear_attention)"),
 ])
 def test_a_recurrent_family_is_refused_by_name_before_its_weights_load(tmp_path, capsys, config, sizes, message):
-    """A family whose recurrent layers etmlx does not export (Zamba2's shared attention
-    blocks): one line naming the family and what export-llm
+    """Families whose recurrent layers etmlx does not export (Zamba's, RecurrentGemma's):
+    one line naming the family and what export-llm
     takes, from config.json alone (no weights are written here), and the same from
     ``causal_lm.refuse_recurrent_layers``, which ``export_methods`` calls first."""
     import transformers
