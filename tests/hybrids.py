@@ -15,9 +15,16 @@ CAPACITY, CHUNK = 128, 4
 PROMPT = [5, 17, 42, 8, 99, 3, 7, 9, 11]  # more tokens than a call takes
 
 
-def exported(family: str, directory):
-    """(the model, the ExportResult) of ``llm.tiny_hybrid(family)``, calls of CHUNK tokens."""
+def exported(family: str, directory, quantize=None):
+    """(the model, the ExportResult) of ``llm.tiny_hybrid(family)``, calls of CHUNK tokens;
+    ``quantize`` ("int4", ...): its linear layers' weights quantized in groups of 32 first
+    (the model returned is that quantized one)."""
+    from etmlx.quant.weights import quantized_copy
+
     model = llm.tiny_hybrid(family, max_cache=CAPACITY)
+    if quantize is not None:
+        model, names = quantized_copy(model, quantize, 32)
+        assert names
     return model, etmlx.export_methods(llm.export_methods(model, CHUNK), directory / "lm.pte")
 
 
