@@ -305,6 +305,11 @@ def _other(dtype):
         "etmlx::gated_delta": lambda x, y, d: etmlx.gated_delta(
             x, x, x, y[..., 0] / 3, y[..., 1] / 3, x[:, 0, :, :, None] * x[:, 0, :, None, :] / 10
         ),
+        # x, dt of 2 x 3 steps x 20 channels; decays a (20, 5) below 0; b, c of 2 x 3 x 5; a state (2, 20, 5)
+        "etmlx::selective_scan": lambda x, y, d: etmlx.selective_scan(
+            x.reshape(2, 3, 20), y.reshape(2, 3, 20) / 4, -y.flatten()[:100].reshape(20, 5), x[:, :, 0], x[:, :, 1],
+            x[:, 0].reshape(2, 4, 5).repeat(1, 5, 1) / 10
+        ),
         "etmlx::quantize": lambda x, y, d: etmlx.quantize(torch.cat([x.reshape(2, 60)] * 2, 1)[:, :64], 32, 8),
         "etmlx::quantized_matmul": lambda x, y, d: etmlx.quantized_matmul(
             torch.cat([x.reshape(2, 60)] * 2, 1)[:, :64], *cached, True, 32, 8
