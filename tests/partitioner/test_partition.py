@@ -36,7 +36,7 @@ def test_partial_delegation_runs_and_is_reported():
     assert [k.split(".")[0] for k in lowered.kernels] == ["dim_order_ops::_to_dim_order_copy", "aten::sort"] + [
         "dim_order_ops::_to_dim_order_copy"
     ]
-    assert [d["nodes"] for d in lowered.delegates] == [["Addmm", "Relu"], ["Addmm", "Sigmoid"]]
+    assert [d["nodes"] for d in lowered.delegates] == [["Transpose", "Addmm", "Relu"], ["Transpose", "Addmm", "Sigmoid"]]
     assert not lowered.report.fully_delegated
     (reason,) = lowered.report.operators["aten::sort"].declined
     assert "float64" in reason[1]
