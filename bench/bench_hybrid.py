@@ -4,7 +4,7 @@ of the ``.pte`` on etmlx's Python runtime and on ExecuTorch's C++ runtime with t
 backend, and of mlx-lm's model loaded from the same checkpoint folder (``mlx_lm.utils.load_model``),
 float32 weights, on this machine's MLX device. The tokens of every runner are compared.
 
-    python bench/bench_hybrid.py [--family qwen3_5|lfm2|mamba2] [--hidden 1024 --layers 8]
+    python bench/bench_hybrid.py [--family qwen3_5|lfm2|mamba2|mamba] [--hidden 1024 --layers 8]
                                  [--max-cache 2048 --prompt 128 --new-tokens 64]
 """
 
@@ -28,8 +28,8 @@ from bench_llm import etmlx_runner, mlx_lm_runner, time_generation  # noqa: E402
 def hybrid_config(family: str, hidden: int, layers: int, max_cache: int):
     """A config of ``family`` shaped like its small releases (Qwen3.5-0.8B's heads and
     one attention layer in four; LFM2's convolutions with attention every third layer;
-    Mamba2's heads of 64 and states of 128), at ``hidden`` and ``layers``, with a
-    vocabulary of 32768."""
+    Mamba2's heads of 64 and states of 128; Mamba's states of 16), at ``hidden`` and
+    ``layers``, with a vocabulary of 32768."""
     import transformers
 
     common = dict(vocab_size=32768, hidden_size=hidden, num_hidden_layers=layers, max_position_embeddings=max_cache,
@@ -43,6 +43,8 @@ def hybrid_config(family: str, hidden: int, layers: int, max_cache: int):
     if family == "mamba2":  # mamba2-370m's heads and state at this width
         return transformers.Mamba2Config(**common, num_heads=hidden * 2 // 64, head_dim=64, n_groups=1,
                                          state_size=128, expand=2)
+    if family == "mamba":  # mamba-370m's state and time-step rank at this width
+        return transformers.MambaConfig(**common, state_size=16, expand=2, conv_kernel=4)
     kinds = ["full_attention" if i % 3 == 2 else "conv" for i in range(layers)]
     return transformers.Lfm2Config(**common, intermediate_size=4 * hidden, num_attention_heads=16, num_key_value_heads=8,
                                    layer_types=kinds)
@@ -65,10 +67,11 @@ def write_checkpoint(family: str, hidden: int, layers: int, max_cache: int, dire
 def mlx_lm_model(checkpoint: str, family: str, hidden: int):
     """mlx-lm's model of ``family`` from the checkpoint folder, given the keys its config
     reads that transformers 5 no longer writes (LFM2's ``block_dim``, the hidden size;
-    Mamba2's ``intermediate_size``)."""
+    Mamba2's and Mamba's ``intermediate_size``)."""
     from mlx_lm.utils import load_model
 
-    renamed = {"lfm2": {"block_dim": hidden}, "mamba2": {"intermediate_size": 2 * hidden}}
+    renamed = {"lfm2": {"block_dim": hidden}, "mamba2": {"intermediate_size": 2 * hidden},
+               "mamba": {"intermediate_size": 2 * hidden}}
     config = {"model_type": family, **renamed.get(family, {})}
     model, _ = load_model(Path(checkpoint), model_config=config)
     mx.eval(model.parameters())
@@ -77,7 +80,7 @@ def mlx_lm_model(checkpoint: str, family: str, hidden: int):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--family", choices=("qwen3_5", "lfm2", "mamba2"), default="qwen3_5")
+    parser.add_argument("--family", choices=("qwen3_5", "lfm2", "mamba2", "mamba"), default="qwen3_5")
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--max-cache", type=int, default=2048)
