@@ -84,7 +84,7 @@ def lower_methods(methods: dict):
         name: partitioner.transform_for_pre_decomposition(split_calls_as_slices(program))
         for name, program in methods.items()
     }
-    with collected_once():
+    with collected_once(), edge_passes.passes_skipped_where_nothing_to_rewrite():
         edge = to_edge(retargeted, constant_methods=constants or None,
                        compile_config=EdgeCompileConfig(_check_ir_validity=False))
     for name in methods:
@@ -99,7 +99,8 @@ def lower_methods(methods: dict):
     for name in methods:
         edge_passes.keep_initial_values(edge.exported_program(name))
         edge_passes.rename_inputs_named_like_state(edge.exported_program(name))
-    return edge.to_executorch(_backend_config(edge)), partitioner.report
+    with edge_passes.passes_skipped_where_nothing_to_rewrite():
+        return edge.to_executorch(_backend_config(edge)), partitioner.report
 
 
 # Apple silicon's page. Metal wraps memory aligned to a page as a buffer without a copy,

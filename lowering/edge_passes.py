@@ -129,3 +129,38 @@ def rename_inputs_named_like_state(program) -> None:
         placeholders[spec.arg.name].name = new
         spec.arg = TensorArgument(name=new)
     program.graph_module.recompile()
+
+
+@contextlib.contextmanager
+def passes_skipped_where_nothing_to_rewrite():
+    """While in the block, two of ExecuTorch's passes that rewrite only calls of a few
+    operators return the graph as it is when it holds none of them. Each is an
+    ``ExportPass``, which retraces every node on fake tensors to rewrite any (about 1 s
+    apiece for a 3-layer hybrid LM, a tenth of its export); unchanged, the retrace gives
+    the graph back as it was. ``NormalizeTransposePass`` rewrites ``aten.t`` (which the
+    traced graphs here do not hold), ``LegalizePortableDimOrderPass`` five portable
+    kernels' inputs (only where such a kernel is left outside MLX)."""
+    import torch
+    from executorch.exir.passes.legalize_portable_dim_order_pass import LegalizePortableDimOrderPass
+    from executorch.exir.passes.normalize_transpose_pass import NormalizeTransposePass
+    from torch.fx.passes.infra.pass_base import PassResult
+
+    rewritten = {NormalizeTransposePass: {torch.ops.aten.t.default},
+                 LegalizePortableDimOrderPass: LegalizePortableDimOrderPass._target_ops}
+    originals = {cls: cls.call for cls in rewritten}
+
+    def skipping(cls):
+        def call(self, graph_module):
+            graphs = (m.graph for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule))
+            if not any(node.target in rewritten[cls] for graph in graphs for node in graph.nodes):
+                return PassResult(graph_module, False)
+            return originals[cls](self, graph_module)
+        return call
+
+    for cls in rewritten:
+        cls.call = skipping(cls)
+    try:
+        yield
+    finally:
+        for cls, call in originals.items():
+            cls.call = call
