@@ -1,8 +1,8 @@
 """Hybrid families whose layers keep a recurrent state (``etmlx.llm.recurrent_state``),
 one of each kind: LFM2's short convolutions, Qwen3-Next's gated delta nets (and experts),
-Mamba2's state spaces alone, Falcon-H1's beside attention in one layer, Nemotron-H's
-beside attention and MLP-only layers, Jamba's Mamba (v1) selective scans beside attention
-and experts (all thirteen families: tests/sweep/test_hybrid_families.py).
+Mamba2's state spaces alone, Falcon-H1's beside attention in one layer, Jamba's Mamba (v1)
+selective scans beside attention and experts (all fourteen families, float and int4:
+tests/sweep/test_hybrid_families.py, which CI runs too).
 Their states live in the delegate beside the KV cache, carried across a prompt prefilled
 in chunks and the decode steps, and zeroed by a call at position 0."""
 
@@ -14,7 +14,7 @@ from hybrids import PROMPT, check_generation, exported
 import etmlx
 from etmlx.llm import generation
 
-KINDS = ["lfm2", "qwen3_next", "mamba2", "falcon_h1", "nemotron_h", "jamba"]
+KINDS = ["lfm2", "qwen3_next", "mamba2", "falcon_h1", "jamba"]
 
 
 @pytest.fixture(scope="module", params=KINDS)
