@@ -2,7 +2,8 @@
 against mlx-lm's implementation of the same checkpoint, in one run: greedy prefill and decode
 of the ``.pte`` on etmlx's Python runtime and on ExecuTorch's C++ runtime with the native
 backend, and of mlx-lm's model loaded from the same checkpoint folder (``mlx_lm.utils.load_model``),
-float32 weights, on this machine's MLX device. The tokens of every runner are compared.
+float32 weights, on this machine's MLX device. The tokens of every runner are compared with
+mlx-lm's and with eager transformers' greedy ``generate`` on the same checkpoint.
 
     python bench/bench_hybrid.py [--family qwen3_5|lfm2|mamba2|mamba] [--hidden 1024 --layers 8]
                                  [--max-cache 2048 --prompt 128 --new-tokens 64]
@@ -78,6 +79,22 @@ def mlx_lm_model(checkpoint: str, family: str, hidden: int):
     return model
 
 
+def eager_tokens(checkpoint: str, prompt: list, new_tokens: int) -> list:
+    """transformers' greedy tokens after ``prompt``, from the checkpoint folder (no EOS stop)."""
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    with torch.no_grad():
+        generated = model.generate(torch.tensor([prompt]), max_new_tokens=new_tokens, do_sample=False,
+                                   eos_token_id=None)
+    return generated[0, len(prompt):].tolist()
+
+
+def first_difference(tokens: list, reference: list) -> str:
+    return "same" if tokens == reference else \
+        f"differ at {next(i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b)}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--family", choices=("qwen3_5", "lfm2", "mamba2", "mamba"), default="qwen3_5")
@@ -100,12 +117,13 @@ def main() -> None:
             "etmlx python": time_generation(*etmlx_runner(path, "python"), prompt, args.new_tokens),
             "etmlx native": time_generation(*etmlx_runner(path, "executorch"), prompt, args.new_tokens),
         }
+        eager = eager_tokens(checkpoint, prompt, args.new_tokens)
     base_prefill, base_decode, reference = runs["mlx-lm"]
-    print(f"{'':<16}{'prefill tok/s':>15}{'decode tok/s':>14}{'prefill vs mlx-lm':>19}{'decode vs mlx-lm':>18}  tokens")
+    print(f"{'':<16}{'prefill tok/s':>15}{'decode tok/s':>14}{'prefill vs mlx-lm':>19}{'decode vs mlx-lm':>18}"
+          "  tokens vs mlx-lm, vs eager transformers")
     for name, (prefill, decode, tokens) in runs.items():
-        same = "same" if tokens == reference else f"differ at {next(i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b)}"
-        print(f"{name:<16}{args.prompt / prefill:>15.0f}{1 / decode:>14.1f}"
-              f"{base_prefill / prefill:>18.2f}x{base_decode / decode:>17.2f}x  {same}")
+        print(f"{name:<16}{args.prompt / prefill:>15.0f}{1 / decode:>14.1f}{base_prefill / prefill:>18.2f}x"
+              f"{base_decode / decode:>17.2f}x  {first_difference(tokens, reference)}, {first_difference(tokens, eager)}")
 
 
 if __name__ == "__main__":
