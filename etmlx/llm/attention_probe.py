@@ -103,14 +103,20 @@ def _run_fake(model):
 @contextlib.contextmanager
 def attention_implementation(model, name: str):
     """``model``'s attention set to the registered implementation ``name`` for the block,
-    its own setting restored after."""
-    config = model.config
-    before = config._attn_implementation
-    config._attn_implementation = name
+    its own setting restored after: on its config and on every config its modules read
+    (a draft of a model's first layers, ``etmlx.llm.draft``, has a config of its own, its
+    layers the model's)."""
+    configs = {id(config): config for config in
+               [model.config, *(getattr(module, "config", None) for module in model.modules())]
+               if hasattr(config, "_attn_implementation")}
+    before = {key: config._attn_implementation for key, config in configs.items()}
+    for config in configs.values():
+        config._attn_implementation = name
     try:
         yield
     finally:
-        config._attn_implementation = before
+        for key, config in configs.items():
+            config._attn_implementation = before[key]
 
 
 def fit_to_attention(cached, model) -> None:

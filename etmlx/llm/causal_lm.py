@@ -39,7 +39,7 @@ RECURRENT_STATE_METHOD = "use_recurrent_state"
 
 def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_step: int = WINDOW_STEP,
                    sample_on_device: bool = False, kv_bits=None, kv_group_size: int = 64, verify: bool = False,
-                   embeddings: bool = False) -> dict:
+                   embeddings: bool = False, buffer_prefix=None) -> dict:
     """``{"forward": ExportedProgram, "get_max_seq_len": ..., ...}`` of a Hugging Face
     causal LM (for ``etmlx.export_methods``): ``forward`` takes 1 to ``max_seq_len`` tokens
     per call; the cache holds ``max_context_len`` tokens (default: the model's
@@ -51,12 +51,14 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
     ``verify`` (``windowed_cache.VerifyingCausalLM``): the same call returning every
     position's logits, for a speculative decoder's target (``etmlx.llm.speculative``).
     ``embeddings`` adds ``text_decoder`` (``windowed_cache.EmbeddedCausalLM``): the call on
-    input embeddings, over the same cache (``etmlx.multimodal``)."""
+    input embeddings, over the same cache (``etmlx.multimodal``). ``buffer_prefix``: the
+    caches' names start with it (``draft.cached.key_cache_0``), so that another model's
+    methods in the same file keep caches of their own (``etmlx.llm.draft``)."""
     import torch
     from torch.export import Dim
 
     from .attention_probe import probe
-    from .windowed_cache import (EmbeddedCausalLM, SampledCausalLM, VerifyingCausalLM, WindowedCausalLM,
+    from .windowed_cache import (EmbeddedCausalLM, Prefixed, SampledCausalLM, VerifyingCausalLM, WindowedCausalLM,
                                  attends_through_window, windowed_attention)
 
     refuse_recurrent_layers(model.config)
@@ -83,6 +85,9 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
         embedded = (torch.zeros(1, length, hidden, dtype=model.get_input_embeddings().weight.dtype), inputs[1])
         traced["text_decoder"] = (EmbeddedCausalLM(model, max_context_len, window_step, max_seq_len, **cache), embedded,
                                   ({1: seq}, {0: seq}))
+    if buffer_prefix is not None:
+        traced = {name: (Prefixed(buffer_prefix, wrapper), arguments, (shapes,))  # its forward(*arguments)
+                  for name, (wrapper, arguments, shapes) in traced.items()}
     attention = any(shape is not None for shape in probe(model).layer_shapes)
     if probe(model).through_interface or not attention:  # (Mamba2 has no attention to route)
         programs = _trace(model, traced, windowed_attention(model))
@@ -217,12 +222,13 @@ def runner_metadata(model, max_seq_len: int, capacity: int) -> dict:
     return metadata
 
 
-def metadata(program) -> dict:
+def metadata(program, prefix: str = "") -> dict:
     """A loaded program's runner metadata: ``{"get_max_seq_len": 128, ..., "get_eos_ids":
-    [2]}`` (each a value, ``get_eos_ids`` a list)."""
+    [2]}`` (each a value, ``get_eos_ids`` a list), read from the methods named ``prefix``
+    and each name (a draft's in its target's file: ``draft_get_max_seq_len``)."""
     values = {}
-    for name in program.method_names:
-        if name in RUNNER_METHODS or name == RECURRENT_STATE_METHOD:
-            result = list(program.run_method(name, []))
+    for name in (*RUNNER_METHODS, RECURRENT_STATE_METHOD):
+        if prefix + name in program.method_names:
+            result = list(program.run_method(prefix + name, []))
             values[name] = result if name == "get_eos_ids" else result[0]
     return values

@@ -37,6 +37,13 @@ def add_commands(commands) -> None:
                         "the next token inside the MLX delegate (generate and chat use it when sampling)")
     export.add_argument("--verify", action="store_true", help="also write a `verify` method that returns every "
                         "position's logits: the target of speculative decoding (generate and chat --draft)")
+    drafts = export.add_mutually_exclusive_group()
+    drafts.add_argument("--draft", metavar="DIR", help="also write this checkpoint (a smaller model of the same "
+                        "tokenizer) into the file as the draft of speculative decoding (generate and chat "
+                        "--speculative); implies --verify")
+    drafts.add_argument("--draft-layers", type=_positive, metavar="N", help="also write a draft of the model's own "
+                        "first N layers and head (its weights stored once), for generate and chat --speculative; "
+                        "implies --verify")
     export.set_defaults(handler=_export_llm)
 
     for name, helps in (("generate", "generate text from a prompt"), ("chat", "a conversation on stdin, "
@@ -68,12 +75,36 @@ def add_commands(commands) -> None:
 
 
 def add_draft_options(command, note: str = "") -> None:
-    """``--draft`` and ``--num-draft-tokens`` (speculative decoding) of ``command``."""
-    command.add_argument("--draft", metavar="DRAFT.pte", help="decode speculatively: a smaller model of the same "
-                         "tokenizer proposes tokens that this one (exported with --verify) checks in one call; the "
-                         "text is the same as without, greedy or sampled" + note)
+    """``--draft``, ``--speculative`` and ``--num-draft-tokens`` (speculative decoding) of ``command``."""
+    drafts = command.add_mutually_exclusive_group()
+    drafts.add_argument("--draft", metavar="DRAFT.pte", help="decode speculatively: a smaller model of the same "
+                        "tokenizer proposes tokens that this one (exported with --verify) checks in one call; the "
+                        "text is the same as without, greedy or sampled" + note)
+    drafts.add_argument("--speculative", action="store_true", help="decode speculatively with the draft written "
+                        "into this .pte (export-llm --draft or --draft-layers)" + note)
     command.add_argument("--num-draft-tokens", type=_positive, default=4,
                          help="tokens the draft proposes per check (default 4)")
+
+
+def draft_session(pte, target, draft_pte=None, speculative: bool = False, runtime: str = "python",
+                  tokenizer_folder=None):
+    """The draft of speculative decoding for the ``target`` session of ``pte``: the one
+    written into that file (``speculative``), over the same loaded program, or the model of
+    ``draft_pte`` (its tokenizer checked against ``tokenizer_folder``'s) on the same
+    ``runtime``; None for neither."""
+    from etmlx import load
+    from .draft import PREFIX
+    from .generation import GenerationError, Session
+
+    if speculative:
+        if f"{PREFIX}_forward" not in target.program.method_names:
+            raise GenerationError(f"--speculative: {pte} holds no draft: export it with export-llm --draft DIR or "
+                                  "--draft-layers N")
+        return Session(target.program, prefix=PREFIX)
+    if draft_pte is None:
+        return None
+    check_draft_tokenizer(tokenizer_folder or os.path.dirname(os.path.abspath(pte)), draft_pte)
+    return Session(load(draft_pte, runtime=runtime))
 
 
 def print_formats(formats: dict) -> None:
@@ -108,7 +139,8 @@ def _export_llm(args) -> int:
         result = export_llm(args.model, args.output, max_context=args.max_context, max_seq_len=args.max_seq_len,
                             quantize=args.quantize, group_size=args.group_size, dtype=args.dtype,
                             sample_on_device=args.sample_on_device, kv_bits=args.kv_bits,
-                            kv_group_size=args.kv_group_size, verify=args.verify, progress=_progress)
+                            kv_group_size=args.kv_group_size, verify=args.verify, draft=args.draft,
+                            draft_layers=args.draft_layers, progress=_progress)
     print(f"wrote {result.path} ({result.size_bytes} bytes); {result.report.summary()}")
     if args.quantize:
         print(f"quantized to {args.quantize}: {len(result.quantized)} layer(s)")
@@ -157,17 +189,18 @@ def _note_half_precision_on_the_cpu(path) -> None:
 def _generate(args) -> int:
     from .generation import GenerationError, Stats, generate, stream_text
 
-    if args.image and args.draft:
-        raise GenerationError("--draft with --image: speculative decoding takes text prompts only")
+    if args.image and (args.draft or args.speculative):
+        raise GenerationError("--draft or --speculative with --image: speculative decoding takes text prompts only")
     image = _read_image(args.image) if args.image else None  # before the program loads: a bad file fails at once
     session, tokenizer, sampling = _session(args)
+    draft = draft_session(args.pte, session, args.draft, args.speculative, args.runtime, args.tokenizer)
     stats = Stats()
     if image is not None:
         pieces = _image_turn(args, image, session, tokenizer, sampling, stats)
-    elif args.draft:
+    elif draft is not None:
         from .speculative import speculative_decode
 
-        steps = speculative_decode(session, _draft(args), tokenizer.encode(args.prompt), args.max_new_tokens, sampling,
+        steps = speculative_decode(session, draft, tokenizer.encode(args.prompt), args.max_new_tokens, sampling,
                                    args.num_draft_tokens, stats)
         pieces = stream_text(tokenizer, (step.token for step in steps), tuple(args.stop), stats, session.eos_ids)
     else:
@@ -202,15 +235,6 @@ def _image_turn(args, image, session, tokenizer, sampling, stats):
     return stream_text(tokenizer, tokens, tuple(args.stop), stats, session.eos_ids)
 
 
-def _draft(args):
-    """``--draft``'s session, on the same runtime (``check_draft_tokenizer`` first)."""
-    from etmlx import load
-    from .generation import Session
-
-    check_draft_tokenizer(args.tokenizer or os.path.dirname(os.path.abspath(args.pte)), args.draft)
-    return Session(load(args.draft, runtime=args.runtime))
-
-
 def check_draft_tokenizer(tokenizer_folder, draft_pte) -> None:
     """Refuses a draft whose folder holds another ``tokenizer.json`` than the target's."""
     from .generation import GenerationError
@@ -230,7 +254,7 @@ def _chat(args) -> int:
     from .chat import Chat
 
     session, tokenizer, sampling = _session(args)
-    draft = _draft(args) if args.draft else None
+    draft = draft_session(args.pte, session, args.draft, args.speculative, args.runtime, args.tokenizer)
     chat = Chat(session, tokenizer, sampling, args.max_new_tokens, system=args.system, draft=draft,
                 num_draft_tokens=args.num_draft_tokens, processor=_processor(args, session.program))
     if args.prompt_cache and os.path.exists(args.prompt_cache):

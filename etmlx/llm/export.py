@@ -11,6 +11,7 @@ from etmlx.multimodal import export as multimodal_export
 from etmlx.speech import export as speech_export
 
 from . import causal_lm, gguf_model
+from .draft import first_layers, methods as draft_methods, refuse_recurrent
 from .allocator import large_blocks_apart
 from .checkpoint_files import TOKENIZER_FILES, copy_tokenizer
 
@@ -23,7 +24,7 @@ CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
 
 def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, quantize=None, group_size=64,
                dtype=None, sample_on_device: bool = False, kv_bits=None, kv_group_size: int = 64,
-               verify: bool = False, progress=None):
+               verify: bool = False, draft=None, draft_layers=None, progress=None):
     """Exports the causal LM in ``model_dir`` (a checkpoint folder, a Hugging Face Hub id,
     ``checkpoint_folder``, or a ``.gguf`` file, its quantized weights kept as they are:
     ``gguf_model``) to ``output``; returns the ExportResult, whose ``quantized`` names
@@ -39,6 +40,9 @@ def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, q
     memory-mapped files; a GGUF file's: float32); ``sample_on_device``: also a ``sample`` method; ``kv_bits``
     (4 or 8): a quantized KV cache, in groups of ``kv_group_size``; ``verify``: also a ``verify``
     method, every position's logits, for speculative decoding (``causal_lm.export_methods``).
+    ``draft`` (a checkpoint folder of the same tokenizer) or ``draft_layers`` (N: the
+    model's own first N layers and head): a draft written into the same file, for
+    speculative decoding from one file (``etmlx.llm.draft``; implies ``verify``).
     ``progress(stage, seconds)`` is told of each stage as it ends.
 
     On Linux with glibc, exporting a GGUF file changes the process's mmap threshold
@@ -50,7 +54,8 @@ def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, q
     folder = None if gguf_model.is_gguf(model_dir) else checkpoint_folder(model_dir)
     speech, vision = folder and speech_export.is_whisper(folder), folder and multimodal_export.is_image_text(folder)
     if speech or vision:
-        for option, value in {"sample_on_device": sample_on_device, "kv_bits": kv_bits, "verify": verify}.items():
+        for option, value in {"sample_on_device": sample_on_device, "kv_bits": kv_bits, "verify": verify,
+                              "draft": draft, "draft_layers": draft_layers}.items():
             if value:
                 raise ExportError(f"{option}: a language model's option, which {folder}'s "
                                   f"{'Whisper' if speech else 'vision-language'} model does not take")
@@ -58,15 +63,19 @@ def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, q
         if speech:
             return speech_export.export_whisper(folder, output, **common)
         return multimodal_export.export_image_text(folder, output, max_seq_len=max_seq_len, **common)
+    if draft is not None and draft_layers is not None:
+        raise ExportError("draft and draft_layers: a draft is another checkpoint or the model's own first layers, "
+                          "not both")
     decoding = large_blocks_apart() if gguf_model.is_gguf(model_dir) else contextlib.nullcontext()
     with deferred.scope(), decoding:  # quantized weights' integers are computed as they are packed
-        methods = dict(sample_on_device=sample_on_device, kv_bits=kv_bits, kv_group_size=kv_group_size, verify=verify)
+        methods = dict(sample_on_device=sample_on_device, kv_bits=kv_bits, kv_group_size=kv_group_size,
+                       verify=verify or draft is not None or draft_layers is not None)
         return _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_size, dtype, methods,
-                           progress or (lambda stage, seconds: None))
+                           (draft, draft_layers), progress or (lambda stage, seconds: None))
 
 
 def _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_size, dtype, method_options: dict,
-                report):
+                drafting: tuple, report):
     import torch
 
     from etmlx.exporter import export_methods
@@ -95,8 +104,12 @@ def _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_siz
         model, quantized = quantize_weights(model, quantize, group_size, deferred=True)  # the model is ours
         formats = formats_of(model, quantized)
         report("quantize", time.perf_counter() - started)  # scales; the integers as they are packed
+    draft_model = _draft_model(model, model_dir, dtype, quantize, group_size, *drafting, report)
     started = time.perf_counter()
     methods = causal_lm.export_methods(model, min(max_seq_len, capacity), capacity, **method_options)
+    if draft_model is not None:
+        methods.update(draft_methods(causal_lm.with_static_cache(draft_model, capacity), min(max_seq_len, capacity),
+                                     capacity))
     report("trace", time.perf_counter() - started)
     started = time.perf_counter()
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
@@ -107,6 +120,39 @@ def _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_siz
     result.tokenizer_files = copy_tokenizer(model_dir, destination) if tokenizer is None \
         else _saved_tokenizer(tokenizer, destination)
     return result
+
+
+def _draft_model(model, model_dir, dtype, quantize, group_size, draft_dir, draft_layers, report):
+    """The draft to write beside ``model``: its own first ``draft_layers`` layers, or the
+    causal LM of ``draft_dir`` (loaded and quantized as the model was, its tokenizer the
+    model's); None for neither."""
+    if draft_dir is None and draft_layers is None:
+        return None
+    refuse_recurrent(model, "target")
+    if draft_layers is not None:
+        return first_layers(model, draft_layers)
+    started = time.perf_counter()
+    draft_dir = checkpoint_folder(draft_dir)
+    _refuse_another_tokenizer(model_dir, draft_dir)
+    drafting = _load(draft_dir, dtype)
+    vocab = (model.config.get_text_config().vocab_size, drafting.config.get_text_config().vocab_size)
+    if vocab[0] != vocab[1]:
+        raise ExportError(f"{draft_dir}: a vocabulary of {vocab[1]} tokens, not the target's {vocab[0]}: a draft must "
+                          "share the target's tokenizer")
+    if quantize is not None:
+        from etmlx.quant.weights import quantize as quantize_weights
+
+        drafting, _ = quantize_weights(drafting, quantize, group_size, deferred=True)
+    report("load draft", time.perf_counter() - started)
+    return drafting
+
+
+def _refuse_another_tokenizer(model_dir, draft_dir) -> None:
+    files = [os.path.join(folder, "tokenizer.json") for folder in (model_dir, draft_dir)]
+    if all(os.path.isfile(f) for f in files):
+        with open(files[0], "rb") as target, open(files[1], "rb") as other:
+            if target.read() != other.read():
+                raise ExportError(f"{files[1]} is not the target's tokenizer ({files[0]}): a draft must share it")
 
 
 # What export-llm fetches of a Hub repository: config, safetensors weights, tokenizer files.

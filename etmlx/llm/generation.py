@@ -169,21 +169,30 @@ class Stats:
 
 @dataclass
 class Session:
-    """A loaded program and what its KV cache holds: ``position`` tokens so far."""
+    """A loaded program and what its KV cache holds: ``position`` tokens so far.
+    ``prefix``: the session runs the methods named ``{prefix}_forward``, ... (a draft
+    written into its target's file: ``etmlx.llm.draft``), over caches of their own."""
 
     program: object
     limits: dict = field(default_factory=dict)
     position: int = 0
     # Image features for the prompt's placeholder tokens (etmlx.multimodal.images.PromptImages)
     images: object = None
+    prefix: str = ""
 
     def __post_init__(self):
-        if "forward" not in self.program.method_names:
-            raise GenerationError("this program has no forward method: export it with etmlx.llm.causal_lm (etmlx export-llm)")
-        self.limits = metadata(self.program)
+        what = f"a {self.prefix}" if self.prefix else "a forward"
+        if self._name("forward") not in self.program.method_names:
+            raise GenerationError(f"this program has no {self._name('forward')} method: export {what} with "
+                                  "etmlx.llm.causal_lm (etmlx export-llm)")
+        self.limits = metadata(self.program, self._name(""))
         for name in ("get_max_seq_len", "get_max_context_len"):
             if name not in self.limits:
-                raise GenerationError(f"this program has no {name}: export it with etmlx.llm.causal_lm (etmlx export-llm)")
+                raise GenerationError(f"this program has no {self._name(name)}: export {what} with "
+                                      "etmlx.llm.causal_lm (etmlx export-llm)")
+
+    def _name(self, method: str) -> str:
+        return f"{self.prefix}_{method}" if self.prefix else method
 
     @property
     def context(self) -> int:
@@ -206,7 +215,7 @@ class Session:
     @property
     def samples_on_device(self) -> bool:
         """Whether the file has ``sample`` (``causal_lm.export_methods(sample_on_device=True)``)."""
-        return "sample" in self.program.method_names
+        return self._name("sample") in self.program.method_names
 
     def feed(self, tokens: list) -> np.ndarray:
         """Runs ``tokens`` at the next positions, in chunks of the file's longest call; the
@@ -218,7 +227,7 @@ class Session:
             if self.images is not None and self.images.placed_in(self.position, piece):
                 logits = self.images.feed(self, piece)
             else:
-                logits = self._call("forward", piece)
+                logits = self._call(self._name("forward"), piece)
         return np.asarray(logits).reshape(-1)
 
     def sample(self, tokens: list, sampling: Sampling, uniform: float) -> int:
@@ -230,16 +239,16 @@ class Session:
             self.feed(tokens[:last])
         settings = [np.array([v], dtype=t) for v, t in ((sampling.temperature, np.float32), (sampling.top_k, np.int64),
                     (sampling.top_p, np.float32), (sampling.min_p, np.float32), (uniform, np.float32))]
-        return int(np.asarray(self._call("sample", tokens[last:], *settings)).reshape(-1)[0])
+        return int(np.asarray(self._call(self._name("sample"), tokens[last:], *settings)).reshape(-1)[0])
 
     def verify(self, tokens: list) -> np.ndarray:
         """Runs ``tokens`` (at most ``get_max_seq_len``) at the next positions through the
         file's ``verify``; every position's logits, [n, vocab]."""
-        if "verify" not in self.program.method_names:
+        if self._name("verify") not in self.program.method_names:
             raise GenerationError("this program has no verify method: export the target with --verify (etmlx "
                                   "export-llm) to decode speculatively")
         self._check_room(len(tokens))
-        return np.asarray(self._call("verify", tokens)).reshape(len(tokens), -1)
+        return np.asarray(self._call(self._name("verify"), tokens)).reshape(len(tokens), -1)
 
     def _check_room(self, count: int) -> None:
         if self.position + count > self.context:

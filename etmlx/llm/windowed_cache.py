@@ -240,6 +240,19 @@ def batched_experts(model):
         model.set_experts_implementation(before)
 
 
+class Prefixed(torch.nn.Module):
+    """``module``'s calls, its buffers named ``prefix.`` and their own names: another
+    model's caches in the same file (``etmlx.llm.draft``) keep names of their own."""
+
+    def __init__(self, prefix: str, module):
+        super().__init__()
+        self.prefix = prefix
+        self.add_module(prefix, module)
+
+    def forward(self, *arguments):
+        return getattr(self, self.prefix)(*arguments)
+
+
 def attends_through_window(program) -> bool:
     """Whether an exported ``WindowedCausalLM`` sliced its cache: a model that computes
     attention without transformers' AttentionInterface never calls ``windowed_sdpa``."""

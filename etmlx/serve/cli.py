@@ -41,7 +41,7 @@ def _serve(args) -> int:
     import uvicorn
 
     from etmlx import load
-    from etmlx.llm.cli import _note_half_precision_on_the_cpu, check_draft_tokenizer
+    from etmlx.llm.cli import _note_half_precision_on_the_cpu, draft_session
     from etmlx.llm.generation import load_tokenizer
     from .app import make_app
     from .engine import Engine
@@ -54,12 +54,12 @@ def _serve(args) -> int:
     name = args.model_name or _default_name(args.pte)
     tokenizer_folder = args.tokenizer or os.path.dirname(os.path.abspath(args.pte))
     tokenizer = load_tokenizer(tokenizer_folder)
-    load_draft = None
-    if args.draft:
-        check_draft_tokenizer(tokenizer_folder, args.draft)
-        load_draft = lambda: load(args.draft, runtime=args.runtime)  # noqa: E731
+    draft = None
+    if args.draft or args.speculative:
+        draft = lambda target: draft_session(args.pte, target, args.draft, args.speculative,  # noqa: E731
+                                             args.runtime, tokenizer_folder)
     engine = Engine(lambda: load(args.pte, runtime=args.runtime), tokenizer, name, args.max_tokens,
-                    args.prompt_cache_mib << 20, args.temperature, load_draft, args.num_draft_tokens)
+                    args.prompt_cache_mib << 20, args.temperature, draft, args.num_draft_tokens)
     _note_half_precision_on_the_cpu(args.pte)
     listener = socket.create_server((args.host, args.port))
     host, port = listener.getsockname()[:2]

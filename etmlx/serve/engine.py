@@ -56,11 +56,12 @@ class Job:
 
 class Engine:
     """``load()`` returns the program (``etmlx.load``'s); it is called on the worker, as
-    ``load_draft()`` is, which returns a draft model's program for speculative decoding
-    (``etmlx.llm.speculative``) of requests that need no grammar and no logprobs."""
+    ``draft_of(session)`` is, which returns the draft's ``Session`` for speculative
+    decoding (``etmlx.llm.speculative``) of requests that need no grammar and no logprobs:
+    another program's, or one over the target's own (``etmlx.llm.draft``)."""
 
     def __init__(self, load, tokenizer, name: str, max_tokens: int = 512, saved_bytes: int = 512 << 20,
-                 temperature: float = 0.0, load_draft=None, num_draft_tokens: int = 4):
+                 temperature: float = 0.0, draft_of=None, num_draft_tokens: int = 4):
         self.tokenizer, self.name, self.max_tokens, self.temperature = tokenizer, name, max_tokens, temperature
         self.saved_bytes, self.num_draft_tokens = saved_bytes, num_draft_tokens
         self.draft, self.draft_held = None, []
@@ -69,7 +70,7 @@ class Engine:
         self.grammar_tokens = None
         self.counts = {"requests": 0, "generated_tokens": 0}  # what /health reports
         self.jobs, loaded = queue.Queue(), queue.Queue()
-        threading.Thread(target=self._work, args=(load, load_draft, loaded), name="etmlx-serve-engine",
+        threading.Thread(target=self._work, args=(load, draft_of, loaded), name="etmlx-serve-engine",
                          daemon=True).start()
         failure = loaded.get()
         if failure is not None:
@@ -118,12 +119,12 @@ class Engine:
         except grammar.GrammarError as error:
             raise RequestError(str(error), "tool_choice" if request.forced_tools else "response_format") from None
 
-    def _work(self, load, load_draft, loaded: queue.Queue) -> None:
+    def _work(self, load, draft_of, loaded: queue.Queue) -> None:
         try:
             self.session = Session(load())
             self.saved = SavedPrompts(self.session, self.saved_bytes)
-            if load_draft is not None:
-                self.draft = Session(load_draft())
+            if draft_of is not None:
+                self.draft = draft_of(self.session)
                 check_pair(self.session, self.draft, self.num_draft_tokens)
                 self.counts.update(draft_proposed=0, draft_accepted=0)
         except Exception as error:  # noqa: BLE001 (raised again by __init__, on the caller's thread)
@@ -204,6 +205,8 @@ class Engine:
             self.saved.keep(self.held)
         if count > live:
             self.held = self.saved.restore(saved)
+            if self.draft is not None and self.draft.program is self.session.program:
+                self.draft_held = []  # the draft's caches in the same program were written back too
 
     def _logprob(self, step, top: int) -> dict:
         logits = np.asarray(step.logits, dtype=np.float64)
