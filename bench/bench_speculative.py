@@ -10,7 +10,9 @@ stream (their output projections are zero: they still cost what they cost), and 
 is its first ``--draft-layers`` layers with the same embeddings, norm and head, so both
 compute the same logits and every draft token is kept. ``--noise`` draws the draft's
 head again with that much Gaussian noise added, so fewer are: the rate is measured and
-printed. Greedy; float32; etmlx on its Python runtime (``--runtime`` to change).
+printed. The one-file form (``export-llm --draft-layers``: the target's own first layers
+and head, written into its file) is measured once, at the first noise level. Greedy;
+float32; etmlx on its Python runtime (``--runtime`` to change).
 """
 
 import argparse
@@ -55,9 +57,12 @@ def write_pair(directory: str, hidden: int, layers: int, draft_layers: int, nois
     return tuple(folders)
 
 
-def etmlx_rates(target_pte: str, draft_pte: str, prompt: list, new_tokens: int, k: int, runtime: str) -> dict:
+def etmlx_rates(target_pte: str, draft_pte, prompt: list, new_tokens: int, k: int, runtime: str) -> dict:
+    """Plain and speculative decode rates; ``draft_pte`` None: the draft written into the
+    target's file (``export-llm --draft-layers``), over the same loaded program."""
     import etmlx
     from etmlx.llm import generation, speculative
+    from etmlx.llm.draft import PREFIX
 
     def session(path):
         return generation.Session(etmlx.load(path, runtime=runtime))
@@ -65,9 +70,9 @@ def etmlx_rates(target_pte: str, draft_pte: str, prompt: list, new_tokens: int, 
     plain = generation.Stats()
     plain_tokens = list(generation.generate_tokens(session(target_pte), prompt, new_tokens, stats=plain,
                                                    stop_at_eos=False))
-    drafted = generation.Stats()
-    steps = speculative.speculative_decode(session(target_pte), session(draft_pte), prompt, new_tokens, k=k,
-                                           stats=drafted, stop_at_eos=False)
+    drafted, target = generation.Stats(), session(target_pte)
+    draft = generation.Session(target.program, prefix=PREFIX) if draft_pte is None else session(draft_pte)
+    steps = speculative.speculative_decode(target, draft, prompt, new_tokens, k=k, stats=drafted, stop_at_eos=False)
     assert [s.token for s in steps] == plain_tokens, "speculative greedy tokens differ from plain greedy ones"
     return {"plain": plain.decode_tokens_per_s, "speculative": drafted.decode_tokens_per_s,
             "accepted": drafted.draft_accepted / drafted.draft_proposed}
@@ -115,7 +120,9 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as work:
             target_dir, draft_dir = write_pair(work, args.hidden, args.layers, args.draft_layers, noise, context)
             ptes = [os.path.join(work, "out", name, "model.pte") for name in ("target", "draft")]
-            for folder, pte, options in ((target_dir, ptes[0], ["--verify"]), (draft_dir, ptes[1], [])):
+            # the target with a draft of its own first layers in the file (and so verify)
+            for folder, pte, options in ((target_dir, ptes[0], ["--draft-layers", str(args.draft_layers)]),
+                                         (draft_dir, ptes[1], [])):
                 assert etmlx(["export-llm", folder, "-o", pte, "--max-context", str(context), "--max-seq-len", "16",
                               *options]) == 0
             from etmlx.llm.generation import load_tokenizer
@@ -123,6 +130,9 @@ def main() -> None:
             prompt = load_tokenizer(target_dir).encode("hello world, the quick brown fox")
             rows = {f"etmlx ({args.runtime})": etmlx_rates(*ptes, prompt, args.new_tokens, args.k, args.runtime),
                     "mlx-lm": mlx_lm_rates(target_dir, draft_dir, prompt, args.new_tokens, args.k)}
+            if noise == args.noise[0]:  # the target's own first layers: its head has no noise
+                rows[f"etmlx ({args.runtime}), one file: --draft-layers {args.draft_layers}"] = etmlx_rates(
+                    ptes[0], None, prompt, args.new_tokens, args.k, args.runtime)
             for tool, row in rows.items():
                 kept = row.get("accepted", row.get("accepted from draft"))
                 label = "of proposed" if "accepted" in row else "of all tokens"

@@ -17,16 +17,30 @@ PROMPT = "hello world, the quick brown fox"
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    """(the target's .pte, exported with verify; a draft's, another random model of the
-    same tokenizer)."""
+def checkpoints(tmp_path_factory):
+    """(the target's checkpoint folder, a draft's: another random model of the same tokenizer)."""
+    return tuple(llm.tiny_checkpoint(tmp_path_factory.mktemp("checkpoint"), seed=seed, max_cache=CONTEXT)
+                 for seed in (0, 1))
+
+
+@pytest.fixture(scope="module")
+def pair(checkpoints, tmp_path_factory):
+    """(the target's .pte, exported with the draft's checkpoint written into it, and so
+    with verify; the draft's own .pte)."""
     paths = []
-    for seed, options in ((0, ["--verify"]), (1, [])):
-        checkpoint = llm.tiny_checkpoint(tmp_path_factory.mktemp("checkpoint"), seed=seed, max_cache=CONTEXT)
+    for checkpoint, options in ((checkpoints[0], ["--draft", checkpoints[1]]), (checkpoints[1], [])):
         out = tmp_path_factory.mktemp("exported")
         assert main(["export-llm", checkpoint, "-o", str(out / "model.pte"), "--max-seq-len", str(CHUNK), *options]) == 0
         paths.append(out / "model.pte")
     return tuple(paths)
+
+
+@pytest.fixture(scope="module")
+def self_drafted(checkpoints, tmp_path_factory):
+    """The target's .pte with a draft of its own first layer and head."""
+    path = tmp_path_factory.mktemp("self_drafted") / "model.pte"
+    etmlx.export_llm(checkpoints[0], path, max_seq_len=CHUNK, draft_layers=1)
+    return path
 
 
 def _session(path, runtime="python"):
@@ -73,6 +87,78 @@ def test_greedy_text_is_plain_greedys_whatever_the_draft(pair, runtime):
             assert stats.draft_accepted == stats.draft_proposed >= 30
 
 
+def test_a_draft_in_the_targets_file_has_methods_and_caches_of_its_own(pair, self_drafted):
+    """``draft_forward`` and the runner's constants beside the target's methods, its KV
+    caches named ``draft.*``; a draft of the target's first layer reads the weights the
+    target stores (the file holds each once)."""
+    from etmlx.inspection import inspect_program
+
+    for path, layers in ((pair[0], 2), (self_drafted, 1)):
+        methods = inspect_program(str(path))["methods"]
+        assert {"forward", "verify", "draft_forward", "draft_get_max_context_len"} <= set(methods)
+        (draft,), (forward,) = methods["draft_forward"]["delegates"], methods["forward"]["delegates"]
+        caches = {b["name"] for b in draft["buffers"] if "key_cache" in b["name"] or "value_cache" in b["name"]}
+        assert caches == {f"draft.cached.{kind}_cache_{i}" for kind in ("key", "value") for i in range(layers)}
+        assert {"Sdpa", "IndexPut", "Rope"} <= set(draft["nodes"])
+    methods = inspect_program(str(self_drafted))["methods"]
+    (draft,), (forward,) = methods["draft_forward"]["delegates"], methods["forward"]["delegates"]
+    assert {c["key"] for c in draft["constants"]} <= {c["key"] for c in forward["constants"]}
+    assert [c["key"] for c in draft["constants"]] != [c["key"] for c in forward["constants"]]  # fewer layers
+
+
+@pytest.mark.parametrize("runtime", etmlx.RUNTIMES)
+def test_speculative_from_one_file_is_plain_greedy(pair, self_drafted, runtime):
+    """One load: the target's methods and the draft's over caches of their own."""
+    from etmlx.llm.draft import PREFIX
+
+    ids = generation.load_tokenizer(str(pair[0].parent)).encode(PROMPT)
+    plain = list(generation.generate_tokens(_session(pair[0], runtime), ids, 40, stop_at_eos=False))
+    for path in (pair[0], self_drafted):
+        target = _session(path, runtime)
+        draft = generation.Session(target.program, prefix=PREFIX)
+        assert draft.context == target.context and draft.limits["get_max_seq_len"] == CHUNK
+        stats = generation.Stats()
+        steps = speculative.speculative_decode(target, draft, ids, 40, k=3, stats=stats, stop_at_eos=False)
+        assert [step.token for step in steps] == plain
+        assert stats.draft_proposed > 0
+
+
+def test_generate_and_chat_take_the_draft_in_the_file(self_drafted, capsys):
+    from etmlx.llm.chat import Chat
+    from etmlx.llm.cli import draft_session
+
+    assert main(["generate", str(self_drafted), "--prompt", PROMPT, "--max-new-tokens", "24"]) == 0
+    plain = capsys.readouterr().out
+    assert main(["generate", str(self_drafted), "--prompt", PROMPT, "--max-new-tokens", "24", "--speculative"]) == 0
+    out = capsys.readouterr()
+    assert out.out == plain and "draft tokens accepted" in out.err
+    tokenizer = generation.load_tokenizer(str(self_drafted.parent))
+    target = _session(self_drafted)
+    chats = (Chat(_session(self_drafted), tokenizer, max_new_tokens=12),
+             Chat(target, tokenizer, max_new_tokens=12, draft=draft_session(self_drafted, target, speculative=True)))
+    for text in ("hello", "how are you"):
+        assert "".join(chats[1].reply(text)) == "".join(chats[0].reply(text))
+        assert chats[1].stats.draft_proposed > 0
+
+
+def test_a_file_without_a_draft_or_a_draft_that_cannot_be_is_one_clear_error(pair, checkpoints, tmp_path, capsys):
+    from etmlx.errors import ExportError
+    from etmlx.llm import draft
+
+    assert main(["generate", str(pair[1]), "--prompt", "x", "--speculative"]) == 1
+    assert "holds no draft: export it with export-llm --draft DIR or --draft-layers N" in capsys.readouterr().err
+    with pytest.raises(ExportError, match="draft_layers=2: expected 1 to 1, fewer than the model's 2 layers"):
+        etmlx.export_llm(checkpoints[0], tmp_path / "x.pte", draft_layers=2)
+    shutil.copytree(checkpoints[1], tmp_path / "other")
+    (tmp_path / "other" / "tokenizer.json").write_text("{}")
+    with pytest.raises(ExportError, match="is not the target's tokenizer"):
+        etmlx.export_llm(checkpoints[0], tmp_path / "x.pte", draft=tmp_path / "other")
+    with pytest.raises(ExportError, match="draft and draft_layers"):
+        etmlx.export_llm(checkpoints[0], tmp_path / "x.pte", draft=checkpoints[1], draft_layers=1)
+    with pytest.raises(ExportError, match="the target's layers keep a recurrent state"):
+        draft.refuse_recurrent(llm.tiny_hybrid("lfm2"), "target")
+
+
 def test_the_acceptance_rule_keeps_the_targets_distribution():
     """Drafted from q, accepted by the rule: the first token follows the target's p, on a
     vocabulary of 4, whatever q is (20000 draws; 4 standard deviations)."""
@@ -116,7 +202,8 @@ def test_generate_with_a_draft_prints_the_same_text(pair, capsys):
     assert out.out == plain and "draft tokens accepted" in out.err
 
 
-def test_serve_with_a_draft_answers_as_without(pair):
+@pytest.mark.parametrize("drafting", ["its own file", "inside the target's"])
+def test_serve_with_a_draft_answers_as_without(pair, drafting):
     """Greedy replies of a server that drafts equal a plain generation's; a request that
     asks for logprobs decodes without the draft."""
     from openai import OpenAI
@@ -127,7 +214,8 @@ def test_serve_with_a_draft_answers_as_without(pair):
     ids = generation.load_tokenizer(str(target.parent)).encode(PROMPT)
     tokenizer = generation.load_tokenizer(str(target.parent))
     expected = tokenizer.decode(list(generation.generate_tokens(_session(target), ids, 24)), skip_special_tokens=True)
-    with serving(target, "--draft", str(draft), "--num-draft-tokens", "3") as url:
+    options = ["--draft", str(draft)] if drafting == "its own file" else ["--speculative"]
+    with serving(target, *options, "--num-draft-tokens", "3") as url:
         client = OpenAI(base_url=url, api_key="unused", max_retries=0)
         for logprobs in (None, 1):
             reply = client.completions.create(model="tiny", prompt=PROMPT, max_tokens=24, logprobs=logprobs)
