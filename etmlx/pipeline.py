@@ -99,7 +99,7 @@ def lower_methods(methods: dict):
     for name in methods:
         edge_passes.keep_initial_values(edge.exported_program(name))
         edge_passes.rename_inputs_named_like_state(edge.exported_program(name))
-    with edge_passes.passes_skipped_where_nothing_to_rewrite():
+    with edge_passes.passes_skipped_where_nothing_to_rewrite(), edge_passes.delegate_outputs_from_their_trace():
         return edge.to_executorch(_backend_config(edge)), partitioner.report
 
 
