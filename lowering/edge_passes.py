@@ -133,31 +133,41 @@ def rename_inputs_named_like_state(program) -> None:
 
 @contextlib.contextmanager
 def passes_skipped_where_nothing_to_rewrite():
-    """While in the block, two of ExecuTorch's passes that rewrite only calls of a few
-    operators return the graph as it is when it holds none of them. Each is an
-    ``ExportPass``, which retraces every node on fake tensors to rewrite any (about 1 s
-    apiece for a 3-layer hybrid LM, a tenth of its export); unchanged, the retrace gives
-    the graph back as it was. ``NormalizeTransposePass`` rewrites ``aten.t`` (which the
-    traced graphs here do not hold), ``LegalizePortableDimOrderPass`` five portable
-    kernels' inputs (only where such a kernel is left outside MLX)."""
+    """While in the block, three of ExecuTorch's passes that rewrite only some calls return
+    the graph as it is when it holds none of them. Each is an ``ExportPass``, which retraces
+    every node on fake tensors to rewrite any (about 1 s apiece for a 3-layer hybrid LM, a
+    tenth of its export); unchanged, the retrace gives the graph back as it was.
+    ``NormalizeTransposePass`` rewrites ``aten.t`` (which the traced graphs here do not
+    hold), ``ReplaceBrokenOpsWithFunctionalOpsPass`` the view operators that the pass
+    before it left, ``LegalizePortableDimOrderPass`` five portable kernels' inputs (only
+    where such a kernel is left outside MLX). Each test below is the one the pass's
+    ``call_operator`` makes."""
     import torch
     from executorch.exir.passes.legalize_portable_dim_order_pass import LegalizePortableDimOrderPass
     from executorch.exir.passes.normalize_transpose_pass import NormalizeTransposePass
+    from executorch.exir.passes.replace_broken_ops_with_function_ops_pass import (
+        ReplaceBrokenOpsWithFunctionalOpsPass,
+    )
     from torch.fx.passes.infra.pass_base import PassResult
 
-    rewritten = {NormalizeTransposePass: {torch.ops.aten.t.default},
-                 LegalizePortableDimOrderPass: LegalizePortableDimOrderPass._target_ops}
-    originals = {cls: cls.call for cls in rewritten}
+    rewrites = {
+        NormalizeTransposePass: lambda target: target == torch.ops.aten.t.default,
+        ReplaceBrokenOpsWithFunctionalOpsPass: lambda target: isinstance(target, torch._ops.OpOverload)
+        and target.is_view,
+        LegalizePortableDimOrderPass: lambda target: target in LegalizePortableDimOrderPass._target_ops,
+    }
+    originals = {cls: cls.call for cls in rewrites}
 
     def skipping(cls):
         def call(self, graph_module):
             graphs = (m.graph for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule))
-            if not any(node.target in rewritten[cls] for graph in graphs for node in graph.nodes):
+            if not any(node.op == "call_function" and rewrites[cls](node.target) for graph in graphs
+                       for node in graph.nodes):
                 return PassResult(graph_module, False)
             return originals[cls](self, graph_module)
         return call
 
-    for cls in rewritten:
+    for cls in rewrites:
         cls.call = skipping(cls)
     try:
         yield
