@@ -181,7 +181,7 @@ class Session:
     prefix: str = ""
 
     def __post_init__(self):
-        what = f"a {self.prefix}" if self.prefix else "a forward"
+        what = f"a {self.prefix}" if self.prefix else "it"
         if self._name("forward") not in self.program.method_names:
             raise GenerationError(f"this program has no {self._name('forward')} method: export {what} with "
                                   "etmlx.llm.causal_lm (etmlx export-llm)")
