@@ -26,8 +26,18 @@ def _gather_mm(op, env):
     return mx.gather_mm(a, b, rhs_indices=indices)
 
 
+def _matmul(op, env):
+    """``a @ b``; over an inner size of 1 (an outer product: a state-space scan's update
+    in a decode step) as the broadcast product it equals, which ``mx.compile``
+    fuses with its neighbours instead of a matmul per batch entry and a buffer between."""
+    a, b = env.t(op.a), env.t(op.b)
+    if a.ndim >= 2 and b.ndim >= 2 and a.shape[-1] == 1 and b.shape[-2] == 1:
+        return a * b
+    return mx.matmul(a, b)
+
+
 HANDLERS = {
-    "Matmul": lambda op, env: mx.matmul(env.t(op.a), env.t(op.b)),
+    "Matmul": _matmul,
     "Addmm": lambda op, env: mx.addmm(env.t(op.c), env.t(op.a), env.t(op.b), alpha=op.alpha, beta=op.beta),
     "GatherMm": _gather_mm,
 }

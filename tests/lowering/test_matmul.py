@@ -12,6 +12,18 @@ def test_matmul(dtype, shapes):
     assert lowered.nodes.count("Matmul") == 1
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_an_outer_product_is_its_exact_broadcast_product(dtype):
+    """An inner size of 1 (a state-space scan's update in a decode step) runs as the
+    broadcast product, which a matmul of one term equals value for value: also for
+    infinities and NaN, and with batch entries broadcast."""
+    a = torch.tensor([1.5, -0.0, float("inf"), float("nan"), 3.0, -2.25]).reshape(2, 1, 3, 1).expand(2, 3, 3, 1)
+    a = (a * torch.linspace(0.5, 2.0, 3)[None, :, None, None]).to(dtype)
+    b = torch.tensor([[[2.0, -1.0, 0.0, 7.5]]], dtype=dtype)  # (1, 1, 4): broadcast over the batch
+    lowered = delegated(lambda a, b: a @ b, (a, b), nodes=["Matmul"])
+    torch.testing.assert_close(lowered.program.forward(a, b), a @ b, rtol=0, atol=0, equal_nan=True)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 def test_bmm_and_addmm(dtype):
     a, b = torch.randn(3, 4, 5, dtype=dtype), torch.randn(3, 5, 2, dtype=dtype)

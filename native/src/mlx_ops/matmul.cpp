@@ -12,7 +12,17 @@ namespace etmlx::native {
 
 namespace {
 
-mx::array matmul(const etmlx_ir::Matmul& op, Env& env) { return mx::matmul(env.t(op.a()), env.t(op.b())); }
+// a @ b; over an inner size of 1 (an outer product: a state-space scan's update in a
+// decode step) as the broadcast product it equals, which compile fuses with
+// its neighbours instead of a matmul per batch entry and a buffer between.
+mx::array matmul(const etmlx_ir::Matmul& op, Env& env) {
+  const mx::array& a = env.t(op.a());
+  const mx::array& b = env.t(op.b());
+  if (a.ndim() >= 2 && b.ndim() >= 2 && a.shape(-1) == 1 && b.shape(-2) == 1) {
+    return mx::multiply(a, b);
+  }
+  return mx::matmul(a, b);
+}
 
 mx::array addmm(const etmlx_ir::Addmm& op, Env& env) {
   return mx::addmm(env.t(op.c()), env.t(op.a()), env.t(op.b()), op.alpha(), op.beta());
