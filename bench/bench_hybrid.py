@@ -3,10 +3,12 @@ against mlx-lm's implementation of the same checkpoint, in one run: greedy prefi
 of the ``.pte`` on etmlx's Python runtime and on ExecuTorch's C++ runtime with the native
 backend, and of mlx-lm's model loaded from the same checkpoint folder (``mlx_lm.utils.load_model``),
 float32 weights, on this machine's MLX device. The tokens of every runner are compared with
-mlx-lm's and with eager transformers' greedy ``generate`` on the same checkpoint.
+mlx-lm's and with eager transformers' greedy ``generate`` on the same checkpoint. The
+runners take turns, ``--rounds`` runs each, and each reports its least prefill and decode
+times, so the machine's drift over minutes does not favour one runner.
 
     python bench/bench_hybrid.py [--family qwen3_5|lfm2|mamba2|mamba] [--hidden 1024 --layers 8]
-                                 [--max-cache 2048 --prompt 128 --new-tokens 64]
+                                 [--max-cache 2048 --prompt 128 --new-tokens 64 --rounds 3]
 """
 
 import argparse
@@ -23,7 +25,7 @@ import mlx.core as mx  # noqa: E402
 import torch  # noqa: E402
 from etmlx.runtime_shim.blas import preload_openblas  # noqa: E402
 
-from bench_llm import etmlx_runner, mlx_lm_runner, time_generation  # noqa: E402
+from bench_llm import etmlx_runner, interleaved_generation, mlx_lm_runner  # noqa: E402
 
 
 def hybrid_config(family: str, hidden: int, layers: int, max_cache: int):
@@ -103,6 +105,7 @@ def main() -> None:
     parser.add_argument("--max-cache", type=int, default=2048)
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     blas = "OpenBLAS" if preload_openblas() else "MLX's bundled BLAS"
     print(f"{args.family}: hidden {args.hidden}, {args.layers} layers, cache {args.max_cache}, prompt {args.prompt}, "
@@ -112,11 +115,11 @@ def main() -> None:
         checkpoint = write_checkpoint(args.family, args.hidden, args.layers, args.max_cache, os.path.join(work, "ckpt"))
         path = os.path.join(work, "model.pte")
         etmlx.export_llm(checkpoint, path, max_context=args.max_cache, max_seq_len=args.prompt)
-        runs = {
-            "mlx-lm": time_generation(*mlx_lm_runner(mlx_lm_model(checkpoint, args.family, args.hidden)), prompt, args.new_tokens),
-            "etmlx python": time_generation(*etmlx_runner(path, "python"), prompt, args.new_tokens),
-            "etmlx native": time_generation(*etmlx_runner(path, "executorch"), prompt, args.new_tokens),
-        }
+        runs = interleaved_generation({
+            "mlx-lm": mlx_lm_runner(mlx_lm_model(checkpoint, args.family, args.hidden)),
+            "etmlx python": etmlx_runner(path, "python"),
+            "etmlx native": etmlx_runner(path, "executorch"),
+        }, prompt, args.new_tokens, args.rounds)
         eager = eager_tokens(checkpoint, prompt, args.new_tokens)
     base_prefill, base_decode, reference = runs["mlx-lm"]
     print(f"{'':<16}{'prefill tok/s':>15}{'decode tok/s':>14}{'prefill vs mlx-lm':>19}{'decode vs mlx-lm':>18}"

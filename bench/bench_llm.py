@@ -112,19 +112,38 @@ def stored_bytes(path: str) -> tuple:
     return sum(sizes[key] for key in weights), cache
 
 
+def generation_run(prefill, decode, prompt, new_tokens):
+    """(prefill seconds, decode seconds per token, tokens) of one greedy run."""
+    start = time.perf_counter()
+    token = prefill(prompt)
+    prefilled = time.perf_counter()
+    tokens = [token]
+    for position in range(len(prompt), len(prompt) + new_tokens - 1):
+        tokens.append(decode(tokens[-1], position))
+    done = time.perf_counter()
+    return prefilled - start, (done - prefilled) / max(1, new_tokens - 1), tokens
+
+
 def time_generation(prefill, decode, prompt, new_tokens):
     """(prefill seconds, decode seconds per token, tokens); the best of three runs."""
     best = None
     for _ in range(3):
-        start = time.perf_counter()
-        token = prefill(prompt)
-        prefilled = time.perf_counter()
-        tokens = [token]
-        for position in range(len(prompt), len(prompt) + new_tokens - 1):
-            tokens.append(decode(tokens[-1], position))
-        done = time.perf_counter()
-        run = (prefilled - start, (done - prefilled) / max(1, new_tokens - 1), tokens)
+        run = generation_run(prefill, decode, prompt, new_tokens)
         best = run if best is None or run[0] + run[1] < best[0] + best[1] else best
+    return best
+
+
+def interleaved_generation(runners: dict, prompt, new_tokens, rounds: int = 3) -> dict:
+    """``{name: (prefill seconds, decode seconds per token, tokens)}`` of ``runners``
+    (``{name: (prefill, decode)}``), each the least of ``rounds`` runs taken in turns (one
+    run of every runner, then the next round): a machine whose speed drifts over minutes
+    slows every runner alike instead of the ones that ran last."""
+    best = {}
+    for _ in range(rounds):
+        for name, (prefill, decode) in runners.items():
+            seconds_prefill, seconds_decode, tokens = generation_run(prefill, decode, prompt, new_tokens)
+            earlier = best.get(name, (seconds_prefill, seconds_decode, tokens))
+            best[name] = (min(earlier[0], seconds_prefill), min(earlier[1], seconds_decode), tokens)
     return best
 
 
