@@ -124,15 +124,6 @@ def generation_run(prefill, decode, prompt, new_tokens):
     return prefilled - start, (done - prefilled) / max(1, new_tokens - 1), tokens
 
 
-def time_generation(prefill, decode, prompt, new_tokens):
-    """(prefill seconds, decode seconds per token, tokens); the best of three runs."""
-    best = None
-    for _ in range(3):
-        run = generation_run(prefill, decode, prompt, new_tokens)
-        best = run if best is None or run[0] + run[1] < best[0] + best[1] else best
-    return best
-
-
 def interleaved_generation(runners: dict, prompt, new_tokens, rounds: int = 3) -> dict:
     """``{name: (prefill seconds, decode seconds per token, tokens)}`` of ``runners``
     (``{name: (prefill, decode)}``), each the least of ``rounds`` runs taken in turns (one
@@ -145,6 +136,11 @@ def interleaved_generation(runners: dict, prompt, new_tokens, rounds: int = 3) -
             earlier = best.get(name, (seconds_prefill, seconds_decode, tokens))
             best[name] = (min(earlier[0], seconds_prefill), min(earlier[1], seconds_decode), tokens)
     return best
+
+
+def time_generation(prefill, decode, prompt, new_tokens):
+    """(prefill seconds, decode seconds per token, tokens): the least of three runs."""
+    return interleaved_generation({"runner": (prefill, decode)}, prompt, new_tokens)["runner"]
 
 
 def etmlx_runner(path, runtime="python", chunk=2**31):

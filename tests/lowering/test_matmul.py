@@ -13,15 +13,27 @@ def test_matmul(dtype, shapes):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-def test_an_outer_product_is_its_exact_broadcast_product(dtype):
+def test_an_outer_product_is_its_exact_broadcast_product(dtype, monkeypatch):
     """An inner size of 1 (a state-space scan's update in a decode step) runs as the
     broadcast product, which a matmul of one term equals value for value: also for
-    infinities and NaN, and with batch entries broadcast."""
+    infinities and NaN, and with batch entries broadcast. The Python runtime then calls
+    no MLX matmul for it (the native runtime takes the same branch, runtime_shim's twin)."""
+    import mlx.core as mx
+
+    import etmlx
+
     a = torch.tensor([1.5, -0.0, float("inf"), float("nan"), 3.0, -2.25]).reshape(2, 1, 3, 1).expand(2, 3, 3, 1)
     a = (a * torch.linspace(0.5, 2.0, 3)[None, :, None, None]).to(dtype)
     b = torch.tensor([[[2.0, -1.0, 0.0, 7.5]]], dtype=dtype)  # (1, 1, 4): broadcast over the batch
     lowered = delegated(lambda a, b: a @ b, (a, b), nodes=["Matmul"])
     torch.testing.assert_close(lowered.program.forward(a, b), a @ b, rtol=0, atol=0, equal_nan=True)
+
+    def no_matmul(*args, **kwargs):
+        raise AssertionError("an outer product reached mx.matmul")
+
+    monkeypatch.setattr(mx, "matmul", no_matmul)
+    program = etmlx.load(lowered.pte)  # traced afresh, with mx.matmul refused
+    torch.testing.assert_close(program.forward(a, b), a @ b, rtol=0, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
