@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     run = commands.add_parser("run", help="run a .pte on random inputs (or --inputs) and time it")
     run.add_argument("pte", help="a .pte, or a directory exported with --tensor-parallel (under mlx.launch)")
     run.add_argument("--method", default="forward")
-    run.add_argument("--inputs", help=".npz whose arrays are the inputs, in the order saved (np.savez(f, a, b) or np.savez(f, x=a, y=b))")
+    run.add_argument("--inputs", help=".npz whose arrays are the inputs, in the order saved (np.savez(f, a, b) or np.savez(f, x=a, y=b)), or one .npy")
     run.add_argument("--iterations", type=int, default=10, help="timed calls after one warm-up call")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--runtime", choices=("python", "executorch"), default="python",
@@ -154,6 +154,26 @@ def _ops(args) -> int:
     return 0
 
 
+def _read_inputs(path: str) -> list:
+    """The arrays of ``--inputs``: an .npz's in input order, or one .npy's array; one
+    EtMlxError naming the file for anything else (numpy's own error for a text file
+    speaks of pickled data)."""
+    import zipfile
+
+    import numpy as np
+
+    if not os.path.isfile(path):
+        raise EtMlxError(f"--inputs: {path}: no such file")
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        raise EtMlxError(f"--inputs: {path} is not a NumPy .npz or .npy file of arrays") from None
+    if isinstance(loaded, np.ndarray):
+        return [loaded]
+    with loaded as archive:
+        return [archive[name] for name in _input_order(archive.files)]
+
+
 def _input_order(names: list) -> list:
     """The arrays of an .npz in input order: ``np.savez(f, a, b)`` names them arr_0,
     arr_1, ...; ``np.savez(f, tokens=a, mask=b)`` keeps the order they were passed in."""
@@ -195,8 +215,7 @@ def _run(args) -> int:
     program = load(args.pte, runtime=args.runtime)
     pte = rank_file(args.pte, program.rank) if is_tensor_parallel(args.pte) else args.pte
     if args.inputs:
-        with np.load(args.inputs) as archive:
-            inputs = [archive[name] for name in _input_order(archive.files)]
+        inputs = _read_inputs(args.inputs)
     else:
         method = inspect_program(pte)["methods"].get(args.method)
         if method is None:

@@ -106,6 +106,18 @@ def test_language_model_commands_without_transformers_say_what_to_install(comman
     assert f"etmlx {command[0]}: error: {expected}" in capsys.readouterr().err
 
 
+def test_inputs_from_one_npy_and_a_file_that_holds_no_arrays(mlp_pte, tmp_path):
+    array = tmp_path / "x.npy"
+    np.save(array, np.zeros((4, 64), np.float32))
+    assert etmlx("run", str(mlp_pte), "--inputs", str(array), "--iterations", "1").returncode == 0
+    for path, message in (("README.md", "README.md is not a NumPy .npz or .npy file of arrays"),
+                          (str(tmp_path / "missing.npz"), "missing.npz: no such file")):
+        result = etmlx("run", str(mlp_pte), "--inputs", path)
+        assert result.returncode == 1
+        (line,) = [line for line in result.stderr.splitlines() if line.strip()]
+        assert line.startswith("etmlx run: error: --inputs: ") and message in line, line
+
+
 @pytest.mark.parametrize("runtime", ["python", "executorch"])
 def test_wrong_input_shape(mlp_pte, tmp_path, runtime):
     inputs = tmp_path / "bad.npz"
