@@ -9,7 +9,7 @@ allocated up front (their shapes from one step on fake tensors, ``attention_prob
 always "have a previous state": every call concatenates the stored convolution window
 before its own tokens and starts the recurrence from the stored state, so one graph
 serves prefill, a later chunk of a long prompt, and decode. A call at position 0 starts a
-new sequence: the states are zeroed first (in the graph), as transformers starts one.
+new sequence from zero states, as transformers starts one (in the graph: ``start_call``).
 
 The recurrences themselves are traced as ``etmlx.llm.recurrent_kernels`` computes them.
 """
@@ -21,6 +21,7 @@ import torch
 from transformers import cache_utils
 
 from etmlx.errors import ExportError
+from etmlx.llm import recurrent_kernels
 
 # The text model types whose recurrent layers etmlx exports, and what those layers compute.
 FAMILIES = {
@@ -39,6 +40,9 @@ FAMILIES = {
     "falcon_mamba": "Mamba selective state spaces",
     "jamba": "Mamba selective state spaces",
 }
+# Families whose recurrent states only a state-space scan reads, which starts a sequence
+# from zeros itself (``start_call``).
+SCANNED = tuple(family for family, kind in FAMILIES.items() if kind == "Mamba2 state spaces")
 # Families whose model numbers a call's tokens from 0 unless given their positions
 # (transformers 5.23's Bamba: its generate passes them; a cache's call does not).
 NUMBERS_CALLS_FROM_ZERO = ("bamba",)
@@ -177,16 +181,19 @@ def attach_states(cached, state_shapes) -> list:
     return layers
 
 
-def start_call(cache, layers, start) -> None:
+def start_call(cache, layers, start, scanned: bool = False) -> None:
     """Readies the recurrent ``layers`` of ``cache`` for a call whose first position is
     ``start`` (a 0-d tensor): their states zeroed when it is 0 (a new sequence; a later
-    call continues from them), and the purely recurrent ones told the position as it is
-    (a buffer each would be one more output of the same value, which torch.export's
-    signature check refuses)."""
+    call continues from them) -- the ``scanned`` states of Mamba2 layers by their scan
+    (``recurrent_kernels.SEQUENCE``) --, and the purely recurrent ones told the position
+    as it is (a buffer each would be one more output of the same value, which
+    torch.export's signature check refuses)."""
     continues = start > 0
+    recurrent_kernels.SEQUENCE.continues = continues if scanned else None
     for i in layers:
         layer = cache.layers[i]
-        for state in layer.states():
+        zeroed = layer.conv_states.values() if scanned else layer.states()
+        for state in (state for state in zeroed if state is not None):
             state.copy_(torch.where(continues, state, torch.zeros((), dtype=state.dtype)))
         if layer.max_cache_len == 0:
             layer.cumulative_length = start
@@ -196,6 +203,7 @@ def start_call(cache, layers, start) -> None:
 
 def end_call(cache, layers) -> None:
     """Drops what ``start_call`` gave the layers: no traced value may outlive the call."""
+    recurrent_kernels.SEQUENCE.continues = None
     for i in layers:
         if cache.layers[i].max_cache_len == 0:
             cache.layers[i].cumulative_length = torch.tensor(0)

@@ -16,7 +16,7 @@ from .attention_probe import attention_implementation, fit_to_attention, probe
 from etmlx.errors import ExportError
 from .quantized_cache import quantize_layers
 from .recurrent_state import (
-    NUMBERS_CALLS_FROM_ZERO, attach_states, cache_keyword, end_call, masks_sized_by_layers_with_keys,
+    NUMBERS_CALLS_FROM_ZERO, SCANNED, attach_states, cache_keyword, end_call, masks_sized_by_layers_with_keys,
     recurrent_static_layers, start_call,
 )
 from .sliding_cache import Rings
@@ -41,6 +41,7 @@ class WindowedCausalLM(torch.nn.Module):
         self.recurrent = attach_states(self.cached, probe(model).state_shapes)
         self.cache_keyword = cache_keyword(model)
         self.numbers_calls_from_zero = model.config.get_text_config().model_type in NUMBERS_CALLS_FROM_ZERO
+        self.scanned = model.config.get_text_config().model_type in SCANNED
         self.capacity = max(layer.max_cache_len for layer in self.cached.static_cache.layers) or \
             max_cache_len or model.generation_config.cache_config["max_cache_len"]  # a model with no attention
         self.window_step = window_step
@@ -78,7 +79,7 @@ class WindowedCausalLM(torch.nn.Module):
         for i, layer in enumerate(self.cached.static_cache.layers):
             if i not in self.recurrent:
                 layer.cumulative_length.copy_(start)
-        start_call(self.cached.static_cache, self.recurrent, start)
+        start_call(self.cached.static_cache, self.recurrent, start, self.scanned)
         if self.rings:
             self.rings.call(self.cached.static_cache, start, length, self.ring_end)
         parameters = inspect.signature(self.cached.model.forward).parameters
