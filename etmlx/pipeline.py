@@ -84,7 +84,7 @@ def lower_methods(methods: dict):
         name: partitioner.transform_for_pre_decomposition(split_calls_as_slices(program))
         for name, program in methods.items()
     }
-    with collected_once(), edge_passes.passes_skipped_where_nothing_to_rewrite():
+    with collected_once(), edge_passes.passes_skipped_where_nothing_to_rewrite(), edge_passes.rewrites_in_one_retrace():
         edge = to_edge(retargeted, constant_methods=constants or None,
                        compile_config=EdgeCompileConfig(_check_ir_validity=False))
     for name in methods:

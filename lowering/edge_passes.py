@@ -177,6 +177,57 @@ def passes_skipped_where_nothing_to_rewrite():
 
 
 @contextlib.contextmanager
+def rewrites_in_one_retrace():
+    """While in the block, ``to_edge``'s five passes that rewrite one call at a time from
+    its operator and arguments -- scalars and SymInts to tensors, mixed dtypes cast, ATen
+    to Edge operators, memory formats to dim orders -- run as one ``ExportPass``: each
+    retraces every node on fake tensors (a sixth of an LLM's export for the five). Their
+    ``call_operator``s hand on to ``super()``, so one class that inherits all five, in
+    ``to_edge``'s order, rewrites each call as the five retraces would. Four passes that
+    edit the graph in place (no-op casts and slices, empty concatenations, redundant
+    quantize pairs) ran between the second and the third; they run before the first
+    instead: they match calls the first two do not touch or make."""
+    from executorch.exir.pass_base import ExportPass
+    from executorch.exir.passes.memory_format_ops_pass import MemoryFormatOpsPass
+    from executorch.exir.passes.remove_mixed_type_operators import RemoveMixedTypeOperators
+    from executorch.exir.passes.replace_aten_with_edge_pass import OpReplacePass
+    from executorch.exir.passes.scalar_to_tensor_pass import ScalarToTensorPass
+    from executorch.exir.passes.sym_to_tensor_pass import SymToTensorPass
+    from executorch.exir.program import _program
+    from torch.fx.passes.infra.pass_base import PassResult
+
+    class OneRetrace(ScalarToTensorPass, SymToTensorPass, RemoveMixedTypeOperators, OpReplacePass,
+                     MemoryFormatOpsPass):
+        pass
+
+    class Done(ExportPass):
+        """Where ``_generate_edge_program`` runs the last two, which ``OneRetrace`` ran."""
+
+        def call(self, graph_module):
+            return PassResult(graph_module, False)
+
+    merged = (ScalarToTensorPass, SymToTensorPass, RemoveMixedTypeOperators)
+    passes_of = _program._get_aten_to_edge_passes
+
+    def passes(config):
+        before, after = passes_of(config)
+        if config._skip_dim_order:
+            raise ExportError("etmlx lowers programs with dim orders (EdgeCompileConfig's default)")
+        kept = [p for p in before if not isinstance(getattr(p, "__wrapped__", p), merged)]  # some come wrapped
+        return kept + [OneRetrace()], after
+
+    replaced = {"_get_aten_to_edge_passes": passes, "OpReplacePass": Done, "MemoryFormatOpsPass": Done}
+    originals = {name: getattr(_program, name) for name in replaced}
+    for name, value in replaced.items():
+        setattr(_program, name, value)
+    try:
+        yield
+    finally:
+        for name, value in originals.items():
+            setattr(_program, name, value)
+
+
+@contextlib.contextmanager
 def delegate_outputs_from_their_trace():
     """While in the block, a pass that retraces a program on fake tensors (ExecuTorch's
     ``SpecPropPass``, as the program is written) takes the outputs of an etmlx delegate of

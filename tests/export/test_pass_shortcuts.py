@@ -1,12 +1,14 @@
 """Work ExecuTorch's passes would do for nothing, skipped while etmlx lowers
-(``lowering/edge_passes.py``): passes with nothing to rewrite, and the fake run of a whole
-delegated graph for outputs its trace already has. The file is byte for byte the one
+(``lowering/edge_passes.py``): passes with nothing to rewrite, retraces of a graph that one
+retrace does the rewrites of, and the fake run of a whole delegated graph for outputs its
+trace already has. The file is byte for byte the one
 ExecuTorch's own way writes."""
 
 import contextlib
 
 import torch
 from executorch.exir.delegate import executorch_call_delegate
+from executorch.exir.pass_base import ExportPass
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import etmlx
@@ -30,10 +32,18 @@ def test_the_file_is_the_one_without_the_shortcuts(tmp_path, monkeypatch):
         return fake_kernel(mode, lowered_module, *args)
 
     monkeypatch.setitem(table, FakeTensorMode, counted)
+    retraced = []
+    retrace = ExportPass.call
+    monkeypatch.setattr(ExportPass, "call", lambda self, graph: retraced.append(type(self).__name__) or
+                        retrace(self, graph))
     _export(tmp_path / "shortcuts.pte")
     assert len(ran_again) == 1  # verify's delegate, of a dynamic output; forward's taken from its trace
+    one_at_a_time = {"ScalarToTensorPass", "SymToTensorPass", "RemoveMixedTypeOperators", "OpReplacePass",
+                     "MemoryFormatOpsPass"}
+    assert retraced.count("OneRetrace") == 2 and not one_at_a_time & set(retraced)  # once per method
 
-    for shortcut in ("passes_skipped_where_nothing_to_rewrite", "delegate_outputs_from_their_trace"):
+    for shortcut in ("passes_skipped_where_nothing_to_rewrite", "rewrites_in_one_retrace",
+                     "delegate_outputs_from_their_trace"):
         monkeypatch.setattr(edge_passes, shortcut, contextlib.nullcontext)
     ran_again.clear()
     _export(tmp_path / "executorch.pte")
