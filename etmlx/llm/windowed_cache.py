@@ -79,16 +79,16 @@ class WindowedCausalLM(torch.nn.Module):
         for i, layer in enumerate(self.cached.static_cache.layers):
             if i not in self.recurrent:
                 layer.cumulative_length.copy_(start)
-        start_call(self.cached.static_cache, self.recurrent, start, self.scanned)
-        if self.rings:
-            self.rings.call(self.cached.static_cache, start, length, self.ring_end)
         parameters = inspect.signature(self.cached.model.forward).parameters
         last_only = {"logits_to_keep": 1} if "logits_to_keep" in parameters and self.last_only else {}
         # the call's positions, to a model that would number every call's tokens from 0
         positions = {"position_ids": written[None]} if self.numbers_calls_from_zero else {}
-        # for windowed_sdpa: not every family passes its call's kwargs on to attention
-        _TRACING.window, _TRACING.rings, _TRACING.quantized = window, self.rings, self.quantized
         try:
+            start_call(self.cached.static_cache, self.recurrent, start, self.scanned)
+            if self.rings:
+                self.rings.call(self.cached.static_cache, start, length, self.ring_end)
+            # for windowed_sdpa: not every family passes its call's kwargs on to attention
+            _TRACING.window, _TRACING.rings, _TRACING.quantized = window, self.rings, self.quantized
             with masks_sized_by_layers_with_keys():
                 outputs = self.cached.model(
                     **model_inputs, attention_mask=None, **{self.cache_keyword: self.cached.static_cache},
