@@ -23,6 +23,8 @@ from transformers.activations import ACT2FN
 
 from etmlx.lowering import custom_ops  # noqa: F401  (registers torch.ops.etmlx.gated_delta, selective_scan)
 
+from .traced_call import TRACING
+
 
 def gated_delta_rule(query, key, value, g, beta, chunk_size: int = 64, initial_state=None,
                      output_final_state: bool = False, use_qk_l2norm_in_kernel: bool = False, **kwargs):
@@ -46,25 +48,12 @@ def _l2norm(x, eps: float = 1e-6):
     return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
 
 
-class _Sequence:
-    """Whether the call being traced continues a sequence (``start > 0``, a 0-d bool
-    tensor; set by ``recurrent_state.start_call``), else None. A state-space scan starts a
-    new sequence from a zero state by dropping its stored state's two terms: zeroing
-    the state first (what a gated delta rule's kernel needs) is one more pass over
-    (H, P, N) floats per layer and step, 4% of a Mamba2 decode step."""
-
-    continues = None
-
-
-SEQUENCE = _Sequence()
-
-
 def state_space_scan(hidden_states, dt, A, B, C, chunk_size: int = 256, D=None, dt_bias=None, initial_states=None,
                      dt_softplus: bool = False, dt_limit=(0.0, float("inf")), return_final_states: bool = False,
                      **kwargs):
     """transformers' ``mamba2_chunk_scan`` over the call's L tokens as one block (the
-    scan's quadratic form, with its stable segment sums), from ``initial_states`` (or,
-    at the start of a sequence, ``SEQUENCE``, from zeros): hidden_states (B, L, H, P), dt
+    scan's quadratic form, with its stable segment sums), from ``initial_states`` (from
+    zeros where the traced call starts a sequence: ``_from_stored``): hidden_states (B, L, H, P), dt
     (B, L, H), A (H), B and C (B, L, G, N); the output (B, L, H, P) in float32 and, with
     ``return_final_states``, the state (B, H, P, N)."""
     heads = hidden_states.shape[2]
@@ -100,9 +89,12 @@ def state_space_scan(hidden_states, dt, A, B, C, chunk_size: int = 256, D=None, 
 
 
 def _from_stored(term):
-    """A term computed from the stored state, or zeros where the call starts a sequence
-    (a select, so a stale state of infinities gives zeros too)."""
-    continues = SEQUENCE.continues
+    """A term computed from the stored state, or zeros where the traced call starts a
+    sequence (a select, so a stale state of infinities gives zeros too). The state is
+    not zeroed before the scan instead: a matmul reads it besides the decay, so that
+    select would not fuse, and would be one more pass over (H, P, N) floats per layer
+    and step (4% of a Mamba2 decode step)."""
+    continues = TRACING.continues
     return term if continues is None else torch.where(continues, term, 0.0)
 
 

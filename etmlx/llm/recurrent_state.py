@@ -21,7 +21,6 @@ import torch
 from transformers import cache_utils
 
 from etmlx.errors import ExportError
-from etmlx.llm import recurrent_kernels
 
 # The text model types whose recurrent layers etmlx exports, and what those layers compute.
 FAMILIES = {
@@ -41,7 +40,7 @@ FAMILIES = {
     "jamba": "Mamba selective state spaces",
 }
 # Families whose recurrent states only a state-space scan reads, which starts a sequence
-# from zeros itself (``start_call``).
+# from zeros itself (``recurrent_kernels.state_space_scan``).
 SCANNED = tuple(family for family, kind in FAMILIES.items() if kind == "Mamba2 state spaces")
 # Families whose model numbers a call's tokens from 0 unless given their positions
 # (transformers 5.23's Bamba: its generate passes them; a cache's call does not).
@@ -181,15 +180,15 @@ def attach_states(cached, state_shapes) -> list:
     return layers
 
 
-def start_call(cache, layers, start, scanned: bool = False) -> None:
+def start_call(cache, layers, start, scanned: bool = False):
     """Readies the recurrent ``layers`` of ``cache`` for a call whose first position is
     ``start`` (a 0-d tensor): their states zeroed when it is 0 (a new sequence; a later
-    call continues from them) -- the ``scanned`` states of Mamba2 layers by their scan
-    (``recurrent_kernels.SEQUENCE``) --, and the purely recurrent ones told the position
-    as it is (a buffer each would be one more output of the same value, which
-    torch.export's signature check refuses)."""
+    call continues from them), but for ``scanned`` ones (``SCANNED``) the convolution
+    windows only, the scan starting from zeros itself; and the purely recurrent ones told
+    the position as it is (a buffer each would be one more output of the same value,
+    which torch.export's signature check refuses). Returns whether the call continues a
+    sequence (``start > 0``)."""
     continues = start > 0
-    recurrent_kernels.SEQUENCE.continues = continues if scanned else None
     for i in layers:
         layer = cache.layers[i]
         zeroed = layer.conv_states.values() if scanned else layer.states()
@@ -199,11 +198,11 @@ def start_call(cache, layers, start, scanned: bool = False) -> None:
             layer.cumulative_length = start
         else:
             layer.cumulative_length.copy_(start)
+    return continues
 
 
 def end_call(cache, layers) -> None:
     """Drops what ``start_call`` gave the layers: no traced value may outlive the call."""
-    recurrent_kernels.SEQUENCE.continues = None
     for i in layers:
         if cache.layers[i].max_cache_len == 0:
             cache.layers[i].cumulative_length = torch.tensor(0)

@@ -20,6 +20,7 @@ from .recurrent_state import (
     recurrent_static_layers, start_call,
 )
 from .sliding_cache import Rings
+from .traced_call import TRACING
 
 ATTENTION = "etmlx_windowed_sdpa"
 
@@ -84,18 +85,18 @@ class WindowedCausalLM(torch.nn.Module):
         # the call's positions, to a model that would number every call's tokens from 0
         positions = {"position_ids": written[None]} if self.numbers_calls_from_zero else {}
         try:
-            start_call(self.cached.static_cache, self.recurrent, start, self.scanned)
+            continues = start_call(self.cached.static_cache, self.recurrent, start, self.scanned)
             if self.rings:
                 self.rings.call(self.cached.static_cache, start, length, self.ring_end)
-            # for windowed_sdpa: not every family passes its call's kwargs on to attention
-            _TRACING.window, _TRACING.rings, _TRACING.quantized = window, self.rings, self.quantized
+            TRACING.window, TRACING.rings, TRACING.quantized = window, self.rings, self.quantized
+            TRACING.continues = continues if self.scanned else None
             with masks_sized_by_layers_with_keys():
                 outputs = self.cached.model(
                     **model_inputs, attention_mask=None, **{self.cache_keyword: self.cached.static_cache},
                     use_cache=True, **positions, **last_only,
                 )
         finally:  # no traced value may outlive the call: torch.export would make it an output
-            _TRACING.window = _TRACING.rings = _TRACING.quantized = None
+            TRACING.clear()
             self.rings.forget(self.cached.static_cache)
             end_call(self.cached.static_cache, self.recurrent)
         return outputs.logits[:, -1, :] if self.last_only else outputs.logits
@@ -145,28 +146,16 @@ class SampledCausalLM(WindowedCausalLM):
         return torch.index_select(order, 0, chosen.reshape(1))
 
 
-class _Tracing:
-    """The window of the ``WindowedCausalLM`` call being traced (a SymInt), its sliding
-    layers' ``Rings`` and its quantized layers (``{index: QuantizedLayer}``), else None."""
-
-    window = None
-    rings = None
-    quantized = None
-
-
-_TRACING = _Tracing()
-
-
 def windowed_sdpa(module, query, key, value, attention_mask, **kwargs):
-    """transformers' SDPA attention over the first ``_TRACING.window`` slots of the cache."""
-    etmlx_window = _TRACING.window
+    """transformers' SDPA attention over the first ``TRACING.window`` slots of the cache."""
+    etmlx_window = TRACING.window
     if etmlx_window is None:  # registered only while etmlx.llm.causal_lm traces a WindowedCausalLM
         raise ExportError("etmlx's windowed attention runs only inside etmlx.llm.causal_lm.export_methods")
     if attention_mask is None:
         raise ExportError("windowed attention needs the causal mask over the cache, and the model passed none")
-    rings, layer = _TRACING.rings, getattr(module, "layer_idx", None)
-    if layer in _TRACING.quantized:
-        return _quantized(module, query, _TRACING.quantized[layer], attention_mask, etmlx_window, **kwargs)
+    rings, layer = TRACING.rings, getattr(module, "layer_idx", None)
+    if layer in TRACING.quantized:
+        return _quantized(module, query, TRACING.quantized[layer], attention_mask, etmlx_window, **kwargs)
     if key.dtype == torch.int32:
         raise ExportError(f"{type(module).__name__} names no layer_idx, so etmlx cannot tell which quantized cache "
                           "its attention reads; export it without kv_bits")
