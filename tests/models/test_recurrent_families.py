@@ -13,6 +13,7 @@ from hybrids import PROMPT, check_generation, exported
 
 import etmlx
 from etmlx.llm import generation
+from etmlx.llm.recurrent_state import SCANNED
 
 KINDS = ["lfm2", "qwen3_next", "mamba2", "falcon_h1", "jamba"]
 
@@ -38,6 +39,30 @@ def test_a_recurrent_state_cannot_rewind_so_a_session_prefills_again(family):
     with torch.no_grad():
         expected = model(torch.tensor([PROMPT[:6]])).logits[0, -1].numpy()
     np.testing.assert_allclose(session.feed(PROMPT[:6]), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_state_only_a_scan_reads_is_zeroed_by_the_scan_not_before_it(family):
+    """At position 0 every state starts from zeros: a convolution window (and a gated
+    delta or selective-scan state) by a ``Where`` on its buffer before the layer reads it;
+    a Mamba2 state by its scan's own selects after the terms that read it (a matmul reads
+    it besides the decay, so a select on the buffer would be one more pass over it)."""
+    from etmlx.runtime_shim.pte_file import read_pte
+    from etmlx.serializer import BACKEND_ID, deserialize, node_type
+
+    model, result = family
+    pte = read_pte(str(result.path))
+    (plan,) = [plan for plan in pte.program.plans if plan.name == "forward"]
+    (delegate,) = [d for d in plan.delegates if d.id == BACKEND_ID]
+    graph = deserialize(pte.delegate_data(delegate))
+    selected = {slot for node in graph.nodes if node_type(node) == "Where" for slot in (node.op.a.idx, node.op.b.idx)}
+    read_by_a_select = {}  # kind of state -> whether each layer's is read by a Where
+    for buffer in graph.buffers:
+        if "_state_" in buffer.name:  # cached.conv_state_3_0: layer 3's first window
+            kind = buffer.name.split(".")[-1].rsplit("_", 2)[0]
+            read_by_a_select.setdefault(kind, set()).add(buffer.initial.slot in selected)
+    scanned = model.config.get_text_config().model_type in SCANNED
+    assert read_by_a_select.pop("conv_state") == {True}
+    assert read_by_a_select == ({} if model.config.model_type == "lfm2" else {"recurrent_state": {not scanned}})
 
 
 def test_the_traced_recurrences_compute_what_transformers_chunked_ones_do():
