@@ -44,12 +44,12 @@ def trace(module, example_inputs, dynamic_shapes=None):
 
 def _experts_as_batched_matmuls(module):
     """transformers' mixture-of-experts models in the experts form lowering turns into
-    ``mx.gather_mm`` (``windowed_cache.batched_experts``) while tracing: their default form
+    ``mx.gather_mm`` (``etmlx.llm.experts.batched_experts``) while tracing: their default form
     leaves ``histc``, which is not in ExecuTorch's Core ATen, in the graph."""
     stack = contextlib.ExitStack()
     models = [m for m in module.modules() if callable(getattr(m, "_can_set_experts_implementation", None))]
     if models:
-        from .llm.windowed_cache import batched_experts
+        from .llm.experts import batched_experts
 
         stack.enter_context(batched_experts(models[0]))
     return stack

@@ -26,6 +26,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from etmlx.errors import ExportError, first_line
 
+from .experts import batched_experts
 from .recurrent_kernels import recurrent_kernels
 from .recurrent_state import cache_keyword
 
@@ -85,7 +86,7 @@ def _states_written(layer):
 def _run(model):
     """The step, over a static cache it allocates as it writes; the cache."""
     cache = StaticCache(config=model.config.get_text_config(), max_cache_len=1)
-    with attention_implementation(model, _PROBE), recurrent_kernels(model), torch.no_grad():
+    with attention_implementation(model, _PROBE), batched_experts(model), recurrent_kernels(model), torch.no_grad():
         model(input_ids=torch.zeros(1, 1, dtype=torch.long), **{cache_keyword(model): cache}, use_cache=True,
               cache_position=torch.arange(1))
     return cache

@@ -111,7 +111,7 @@ def _trace(model, traced: dict, attention) -> dict:
     import torch
 
     from .recurrent_kernels import recurrent_kernels
-    from .windowed_cache import batched_experts
+    from .experts import batched_experts
 
     programs = {}
     with attention, batched_experts(model), recurrent_kernels(model), _weights_not_cloned(), torch.no_grad(), \

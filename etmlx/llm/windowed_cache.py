@@ -213,23 +213,6 @@ def windowed_attention(model):
         yield
 
 
-@contextlib.contextmanager
-def batched_experts(model):
-    """Runs a mixture-of-experts model's experts through transformers' ``batched_mm``
-    form while tracing (the chosen experts' weights gathered per token, then ``bmm``),
-    which lowering turns into ``mx.gather_mm``; its default ``grouped_mm`` form calls an
-    opaque custom op. The model's own setting is restored after. No-op for other models."""
-    if not model._can_set_experts_implementation():
-        yield
-        return
-    before = model.get_experts_implementation()
-    model.set_experts_implementation("batched_mm")
-    try:
-        yield
-    finally:
-        model.set_experts_implementation(before)
-
-
 class Prefixed(torch.nn.Module):
     """``module``'s calls, its buffers named ``prefix.`` and their own names: another
     model's caches in the same file (``etmlx.llm.draft``) keep names of their own."""

@@ -92,3 +92,24 @@ def test_plain_export_of_a_mixture_of_experts_takes_the_batched_form(tmp_path):
     assert result.report.fully_delegated and model.config._experts_implementation == "grouped_mm"
     assert inspect_program(result.path)["methods"]["forward"]["delegates"][0]["nodes"].count("GatherMm") == 2 * LAYERS
     torch.testing.assert_close(runtimes.load(result.path).forward(tokens), _eager_logits(model, PROMPT), rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_attention_probe_of_experts_runs_on_fake_tensors(dtype, monkeypatch):
+    """The export's probe step (``etmlx.llm.attention_probe``) runs the experts in the
+    traced form: transformers' default ``grouped_mm`` takes bfloat16 only on fake tensors,
+    so a float32 model's fake step failed, logged torch's traceback, and the step ran over
+    the weights instead."""
+    from torch._guards import active_fake_mode
+
+    from etmlx.llm import attention_probe
+
+    step = attention_probe._run
+
+    def fake_only(model):
+        assert active_fake_mode() is not None, "the probe ran a step over the weights"
+        return step(model)
+
+    monkeypatch.setattr(attention_probe, "_run", fake_only)
+    model = _tiny_moe("Mixtral").to(dtype)
+    assert attention_probe.probe(model).layer_shapes == ((2, 16, 16),) * LAYERS
