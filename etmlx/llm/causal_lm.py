@@ -22,7 +22,6 @@ the cache raises ``IndexRangeError`` instead of returning other numbers.
 import contextlib
 import logging
 import re
-import warnings
 
 from etmlx.errors import ExportError, first_line
 
@@ -71,7 +70,10 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
         raise ExportError(f"max_seq_len={max_seq_len!r}: expected 1 to the cache's {capacity} tokens")
     length = min(2, max_seq_len)
     inputs = (torch.zeros(1, length, dtype=torch.long), torch.arange(length))
-    seq = Dim("seq", min=1, max=max_seq_len) if max_seq_len > 1 else None
+    # DYNAMIC, not a named Dim: torch cannot prove some guards true for every length (a
+    # GQA repeat over a ring and the call's keys: min(16*L, 32*L) == 16*L, L = ring + n)
+    # and a named Dim refuses them; _trace checks the guards at every length itself.
+    seq = Dim.DYNAMIC(min=1, max=max_seq_len) if max_seq_len > 1 else None
     traced = {"forward": (module, inputs, ({1: seq}, {0: seq}))}
     if sample_on_device:
         settings = (torch.tensor([1.0]), torch.tensor([0]), torch.tensor([1.0]), torch.tensor([0.0]), torch.tensor([0.5]))
@@ -114,41 +116,47 @@ def _trace(model, traced: dict, attention) -> dict:
     from .experts import batched_experts
 
     programs = {}
-    with attention, batched_experts(model), recurrent_kernels(model), _weights_not_cloned(), torch.no_grad(), \
-            warnings.catch_warnings():
-        # transformers' output-capturing global trips a dynamo side-effect warning
-        warnings.filterwarnings("ignore", message="While compiling, we found certain side effects")
+    with attention, batched_experts(model), recurrent_kernels(model), torch.no_grad():
         for name, (wrapper, arguments, shapes) in traced.items():
-            try:
-                programs[name] = torch.export.export(wrapper, arguments, dynamic_shapes=shapes, strict=True)
+            try:  # non-strict: the model's Python runs on fake tensors (dynamo's strict trace took 2-3x as long)
+                program = torch.export.export(wrapper, arguments, dynamic_shapes=shapes, strict=False)
             except ExportError:
                 raise
             except Exception as error:
                 raise ExportError(f"{type(model).__name__} does not export as a causal LM over transformers' static "
                                   f"cache: {_trace_failure(error)}") from error
+            broken = _broken_guard(program, wrapper, arguments, shapes)
+            if broken:
+                raise ExportError(f"{type(model).__name__} does not export as a causal LM over transformers' static "
+                                  f"cache: its trace holds only under the guard {broken}")
+            programs[name] = program
     return programs
 
 
-@contextlib.contextmanager
-def _weights_not_cloned():
-    """torch.export's strict tracer (dynamo) keeps a clone of every tensor it meets, in
-    case it must compute a real value while tracing: for a language model, a copy of all
-    its weights (and a read of every page of a memory-mapped checkpoint, of every
-    deferred quantized value) for a trace that never reads them. Parameters are kept
-    as they are instead; such a computation only reads them."""
+def _broken_guard(program, wrapper, arguments, shapes):
+    """The first guard of ``program`` (a condition on its inputs' sizes that torch.export
+    could not prove, kept beside the program) that some allowed call length breaks, with
+    that length; None when every length from 1 to the dynamic dims' maximum keeps them
+    all. Each is evaluated on meta tensors of each length."""
+    import inspect
+
     import torch
-    from torch._dynamo.variables import builder
 
-    clone = builder._clone_input
-
-    def clone_unless_a_parameter(value, fake_mode):
-        return value if isinstance(value, torch.nn.Parameter) else clone(value, fake_mode)
-
-    builder._clone_input = clone_unless_a_parameter
-    try:
-        yield
-    finally:
-        builder._clone_input = clone
+    if len(shapes) == 1 and len(arguments) > 1:  # forward(*arguments) (``Prefixed``): one spec per argument inside
+        shapes = shapes[0]
+    dynamic = [(index, dim, hint) for index, spec in enumerate(shapes) if spec for dim, hint in spec.items()]
+    if not dynamic or not program._guards_code:
+        return None
+    for length in range(1, max(hint.max for _, _, hint in dynamic) + 1):
+        sizes = [list(argument.shape) for argument in arguments]
+        for index, dim, _ in dynamic:
+            sizes[index][dim] = length
+        meta = [torch.empty(size, dtype=argument.dtype, device="meta") for size, argument in zip(sizes, arguments)]
+        named = dict(inspect.signature(wrapper.forward).bind(*meta).arguments)
+        for guard in program._guards_code:
+            if not eval(guard, {"L": named, "torch": torch}):  # torch's own generated code, over sizes
+                return f"{guard}, which a call of {length} tokens breaks"
+    return None
 
 
 def refuse_recurrent_layers(config) -> None:
@@ -195,12 +203,12 @@ def with_static_cache(model, max_context_len: int):
 
 def _trace_failure(error) -> str:
     """The reason in torch.export's pages of text: the exception the traced code raised
-    (or a fake-tensor call got), where dynamo names it, else the first line."""
+    (or a fake-tensor call got), where torch names it, else its type and first line."""
     text = str(error).strip()
     raised = re.search(r"(?:raised exception|got) (\w+)\((['\"])(.*?)\2\)", text)
     if raised:
         return f"{raised.group(1)}: {raised.group(3)}"
-    return first_line(error)
+    return f"{type(error).__name__}: {first_line(error)}"
 
 
 def runner_metadata(model, max_seq_len: int, capacity: int) -> dict:

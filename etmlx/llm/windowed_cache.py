@@ -13,6 +13,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from .attention_probe import attention_implementation, fit_to_attention, probe
+from .cache_bindings import CacheBindings
 from etmlx.errors import ExportError
 from .quantized_cache import quantize_layers
 from .recurrent_state import (
@@ -57,6 +58,9 @@ class WindowedCausalLM(torch.nn.Module):
             self.register_buffer("ring_end", torch.zeros((), dtype=torch.long), persistent=False)
         self.quantized = quantize_layers(self.cached, self.cached.static_cache, kv_bits, kv_group_size,
                                          skip=self.rings.layers + self.recurrent)
+        for name in [name for name, buffer in self.cached._buffers.items() if buffer is not None and not buffer.numel()]:
+            del self.cached._buffers[name]  # an empty cache (Nemotron-H's MLP layers): no input of the program
+        self.bindings = CacheBindings(self.cached, self.cached.static_cache.layers)
 
     def window(self, last_position):
         """The cache slots attention reads when ``last_position`` is the last written: the
@@ -73,6 +77,13 @@ class WindowedCausalLM(torch.nn.Module):
         # then inside the window (% keeps the window's size in range for the first check
         # to name a position that is not; twice, as ExecuTorch's C++ scalar mod keeps the
         # sign of a negative position where Python's does not).
+        held = self.bindings.bind()  # the layers' tensors: the buffers being traced
+        try:
+            return self._call(model_inputs, length, cache_position)
+        finally:
+            self.bindings.unbind(held)
+
+    def _call(self, model_inputs: dict, length, cache_position):
         inside = torch.index_select(torch.arange(self.capacity), 0, cache_position)
         window = self.window((cache_position[-1].item() % self.capacity + self.capacity) % self.capacity)
         written = torch.index_select(torch.arange(self.capacity)[:window], 0, inside)

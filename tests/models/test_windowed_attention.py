@@ -161,3 +161,23 @@ def test_a_family_that_does_not_export_says_why_in_one_line(monkeypatch):
         causal_lm.export_methods(llm.tiny_llama(), MAX_SEQ_LEN)
     assert "ValueError: intermediate size does not divide" in str(raised.value)
     assert "\n" not in str(raised.value)
+
+
+def test_a_trace_that_holds_for_some_lengths_only_is_refused(monkeypatch):
+    """torch.export keeps the conditions on the call's length it could not prove beside
+    the program (the length is traced as DYNAMIC); each is checked at every length the
+    export allows, so a model that computes otherwise for some lengths is refused, not
+    exported for the lengths its trace happened to take."""
+    from transformers.models.llama import modeling_llama
+
+    from etmlx import ExportError
+    from etmlx.llm import causal_lm
+
+    eager = modeling_llama.LlamaMLP.forward
+
+    def by_parity(self, x):
+        return eager(self, x) * (2 if x.shape[1] % 2 == 0 else 1)
+
+    monkeypatch.setattr(modeling_llama.LlamaMLP, "forward", by_parity)
+    with pytest.raises(ExportError, match="holds only under the guard .*, which a call of 1 tokens breaks"):
+        causal_lm.export_methods(llm.tiny_llama(), MAX_SEQ_LEN)
