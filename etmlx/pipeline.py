@@ -67,11 +67,9 @@ def lower_methods(methods: dict):
     here because the partitioner preserves no ATen op from decomposition: the calls it
     keeps whole (attention, roll) are retargeted to etmlx's own ops first.
     """
-    from executorch.exir import EdgeCompileConfig, to_edge
     from torch._export.verifier import SpecViolationError
 
     from etmlx.lowering import edge_passes
-    from etmlx.lowering.composite_ops import collected_once
     from etmlx.lowering.splits import split_calls_as_slices
     from etmlx.partitioner import MlxPartitioner
 
@@ -84,9 +82,7 @@ def lower_methods(methods: dict):
         name: partitioner.transform_for_pre_decomposition(split_calls_as_slices(program))
         for name, program in methods.items()
     }
-    with collected_once(), edge_passes.passes_skipped_where_nothing_to_rewrite(), edge_passes.rewrites_in_one_retrace():
-        edge = to_edge(retargeted, constant_methods=constants or None,
-                       compile_config=EdgeCompileConfig(_check_ir_validity=False))
+    edge = edge_program(retargeted, constants or None)
     for name in methods:
         edge_passes.share_weights_when_copied(edge.exported_program(name))
     edge = edge.to_backend(partitioner)
@@ -101,6 +97,21 @@ def lower_methods(methods: dict):
         edge_passes.rename_inputs_named_like_state(edge.exported_program(name))
     with edge_passes.passes_skipped_where_nothing_to_rewrite(), edge_passes.delegate_outputs_from_their_trace():
         return edge.to_executorch(_backend_config(edge)), partitioner.report
+
+
+def edge_program(programs, constant_methods=None, preserve_ops=()):
+    """ExecuTorch's ``to_edge`` of ``programs`` (an ExportedProgram, or ``{method name:
+    ExportedProgram}``), its IR checks deferred to what MLX leaves, through etmlx's
+    shortcuts: passes with nothing to rewrite skipped, five call-by-call rewrites in one
+    retrace (``lowering.edge_passes``). ``preserve_ops``: ATen operators kept whole."""
+    from executorch.exir import EdgeCompileConfig, to_edge
+
+    from etmlx.lowering import edge_passes
+    from etmlx.lowering.composite_ops import collected_once
+
+    config = EdgeCompileConfig(_check_ir_validity=False, preserve_ops=list(preserve_ops))
+    with collected_once(), edge_passes.passes_skipped_where_nothing_to_rewrite(), edge_passes.rewrites_in_one_retrace():
+        return to_edge(programs, constant_methods=constant_methods, compile_config=config)
 
 
 # Apple silicon's page. Metal wraps memory aligned to a page as a buffer without a copy,

@@ -85,16 +85,12 @@ def edge_whole(module: torch.nn.Module, inputs) -> tuple:
     """The edge program with every operator of the graph kept whole (``preserve_ops``),
     so that each reaches the partitioner as called, whatever ExecuTorch would decompose;
     and the operators kept."""
-    from executorch.exir import EdgeCompileConfig, to_edge
-
-    from etmlx.lowering.composite_ops import collected_once
+    from etmlx.pipeline import edge_program
 
     program = torch.export.export(module, tuple(inputs))
     program.graph_module.graph.eliminate_dead_code()  # e.g. the unused indices of a max pool
     operators = [n.target for n in program.graph.nodes if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]
-    with collected_once():
-        edge = to_edge(program, compile_config=EdgeCompileConfig(_check_ir_validity=False, preserve_ops=operators))
-    return edge, operators
+    return edge_program(program, preserve_ops=operators), operators
 
 
 def lower_whole(module: torch.nn.Module, inputs) -> tuple:
