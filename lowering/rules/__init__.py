@@ -18,6 +18,7 @@ from . import (  # noqa: F401
     reduction,
     sampling,
     scan,
+    search,
     shape,
     sizes,
 )

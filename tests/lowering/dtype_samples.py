@@ -194,6 +194,7 @@ def _reduction():
         "aten::cumsum": lambda x, y, d: aten.cumsum(x, 3),
         "aten::sort": lambda x, y, d: tuple(aten.sort(d, 2, True)),
         "aten::topk": lambda x, y, d: tuple(aten.topk(d, 3, 2)),
+        "aten::bucketize.Tensor": lambda x, y, d: aten.bucketize.Tensor(x, aten.arange.start_step(-2, 3, dtype=x.dtype)),
     }
 
 
