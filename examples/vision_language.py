@@ -1,8 +1,11 @@
-"""A tiny LLaVA checkpoint folder as users have one (config, safetensors, tokenizer, the
-processor's image preprocessing and chat template), random weights, and an image to ask
-about: what the vision-language tests and the README's walk-through export.
+"""Tiny vision-language checkpoint folders as users have them (config, safetensors,
+tokenizer, the processor's image preprocessing and chat template), random weights, and an
+image to ask about: what the vision-language tests and the README's walk-through export.
+LLaVA (one image, one encoder call) and Idefics3 (an image split into tiles, an encoder
+call each: SmolVLM's architecture).
 
-    python examples/vision_language.py /tmp/llava   # writes the folder and /tmp/llava/image.png
+    python examples/vision_language.py /tmp/llava             # writes the folder and /tmp/llava/image.png
+    python examples/vision_language.py /tmp/idefics3 idefics3
 """
 
 import os
@@ -46,15 +49,48 @@ def tiny_llava_checkpoint(directory, seed: int = 0, image_size: int = IMAGE_SIZE
     config = LlavaConfig(vision_config=vision_config, text_config=text_config,
                          image_token_id=tokenizer.convert_tokens_to_ids("<image>"), vision_feature_layer=-2,
                          vision_feature_select_strategy="default", image_seq_length=(image_size // patch) ** 2)
-    torch.manual_seed(seed)
-    model = LlavaForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.mul_(scale)
     images = CLIPImageProcessor(size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size})
     processor = LlavaProcessor(image_processor=images, tokenizer=tokenizer, patch_size=patch,
                                vision_feature_select_strategy="default", chat_template=CHAT_TEMPLATE,
                                num_additional_image_tokens=1)
+    return _saved(LlavaForConditionalGeneration, config, processor, directory, seed, scale)
+
+
+def tiny_idefics3_checkpoint(directory, seed: int = 0, tile: int = 32, patch: int = 8, scale: float = 4.0,
+                             family: str = "Idefics3") -> str:
+    """Writes an Idefics3 folder into ``directory``: a SigLIP-like vision model of
+    ``tile``-pixel square tiles in ``patch``-pixel patches, a pixel-shuffle connector (by 2),
+    a Llama; its processor splits an image into tiles of ``tile`` pixels (at most 2 x 2,
+    then the whole image, resized) and marks each tile's placeholders with its row and
+    column. Weights scaled by ``scale``. ``family="SmolVLM"``: SmolVLM's classes (the same
+    architecture) with the same processor (SmolVLM's own needs num2words and torchvision)."""
+    import transformers
+    from transformers import Idefics3ImageProcessorPil, Idefics3Processor, LlamaConfig
+
+    tokenizer = train_tokenizer(128)
+    tiles = [f"<row_{row}_col_{column}>" for row in range(1, 7) for column in range(1, 7)]
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<fake_token_around_image>", "<image>",
+                                                                "<end_of_utterance>", "<global-img>", *tiles]})
+    vision = getattr(transformers, f"{family}VisionConfig")(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                                             num_attention_heads=2, image_size=tile, patch_size=patch)
+    text = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    config = getattr(transformers, f"{family}Config")(vision_config=vision, text_config=text, scale_factor=2,
+                                                     image_token_id=tokenizer.convert_tokens_to_ids("<image>"))
+    images = Idefics3ImageProcessorPil(size={"longest_edge": 2 * tile}, max_image_size={"longest_edge": tile})
+    processor = Idefics3Processor(image_processor=images, tokenizer=tokenizer, chat_template=CHAT_TEMPLATE,
+                                  image_seq_len=(tile // patch) ** 2 // 4)
+    return _saved(getattr(transformers, f"{family}ForConditionalGeneration"), config, processor, directory, seed, scale)
+
+
+def _saved(model_class, config, processor, directory, seed: int, scale: float) -> str:
+    """``directory`` holding a ``model_class`` of ``config`` (random weights times
+    ``scale``: greedy text varies) and ``processor``."""
+    torch.manual_seed(seed)
+    model = model_class(config).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(scale)
     model.save_pretrained(directory)
     processor.save_pretrained(directory)
     return str(directory)
@@ -71,5 +107,6 @@ def write_image(path, seed: int = 0, size=(40, 52)) -> str:
 
 if __name__ == "__main__":
     folder = sys.argv[1] if len(sys.argv) > 1 else "llava-tiny-random"
-    tiny_llava_checkpoint(folder)
+    builders = {"llava": tiny_llava_checkpoint, "idefics3": tiny_idefics3_checkpoint}
+    builders[sys.argv[2] if len(sys.argv) > 2 else "llava"](folder)
     print(f"wrote {folder} and {write_image(os.path.join(folder, 'image.png'))}")

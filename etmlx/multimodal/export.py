@@ -1,8 +1,10 @@
 """``etmlx export-llm`` of an image-text-to-text checkpoint (LLaVA: a vision tower, a
-projector and a causal LM) to one ``.pte`` in ExecuTorch's multimodal convention:
+projector and a causal LM; Idefics3 and SmolVLM: a vision model over the tiles their
+processor splits an image into, a connector and a causal LM) to one ``.pte`` in
+ExecuTorch's multimodal convention:
 
-- ``vision_encoder(pixel_values [1, 3, H, W]) -> image features [1, n, hidden]``: the
-  checkpoint's ``get_image_features`` (its vision layer and feature selection, projected);
+- ``vision_encoder(pixel_values [1, 3, H, W]) -> image features [1, n, hidden]`` of one
+  image or tile (``image_program.VisionEncoder``);
 - ``token_embedding(tokens [1, n]) -> embeddings [1, n, hidden]``;
 - ``text_decoder(embeddings, cache_position) -> logits [1, vocab]``;
 - ``forward(tokens, cache_position)`` and the LLM runner's constant methods
@@ -23,9 +25,9 @@ from etmlx.errors import ExportError
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 # The model types whose image features and attention etmlx's methods reproduce (tested
 # against eager). Others export without an error but would compute other numbers (Gemma 3
-# attends both ways among an image's tokens; LLaVA-NeXT and Idefics3 tile an image), so
-# they are refused by name.
-MODEL_TYPES = ("llava",)
+# attends both ways among an image's tokens; LLaVA-NeXT's tiles are unpadded per image;
+# Qwen2.5-VL numbers its positions in three dimensions), so they are refused by name.
+MODEL_TYPES = ("llava", "idefics3", "smolvlm")
 
 
 def is_image_text(model_dir) -> bool:
@@ -92,15 +94,19 @@ def text_model(model):
 
     with torch.device("meta"):
         text = AutoModelForCausalLM.from_config(model.config.get_text_config())
-    text.model, text.lm_head = model.model.language_model, model.lm_head
+    text.model, text.lm_head = model.model.get_decoder(), model.lm_head
     text.generation_config = model.generation_config
     return text.eval()
 
 
 def _image_size(processor) -> tuple:
     """(height, width) of the pixel values the checkpoint's image processor makes: its
-    crop when it crops, else its resize."""
+    tiles when it splits images into square tiles (Idefics3, SmolVLM: every tile, and the
+    whole image resized, of ``max_image_size``), its crop when it crops, else its resize."""
     images = processor.image_processor
+    tile = _field(getattr(images, "max_image_size", None), "longest_edge")
+    if tile:
+        return int(tile), int(tile)
     sizes = [getattr(images, "crop_size", None)] if getattr(images, "do_center_crop", False) else []
     for size in sizes + [getattr(images, "size", None)]:
         height, width = (_field(size, name) for name in ("height", "width"))

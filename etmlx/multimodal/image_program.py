@@ -6,16 +6,21 @@ from torch.export import Dim
 
 
 class VisionEncoder(torch.nn.Module):
-    """``pixel_values [1, 3, H, W] -> features [1, n, hidden]``: ``get_image_features``
-    (the checkpoint's vision layer and feature selection, then its projector)."""
+    """``pixel_values [1, 3, H, W] -> features [1, n, hidden]`` of one image: LLaVA's
+    ``get_image_features`` (the checkpoint's vision layer and feature selection, then its
+    projector); or of one tile of an image that the processor split into tiles (Idefics3,
+    SmolVLM: every tile full, so ``get_image_features``' patch mask is all ones and its
+    search for padding tiles finds none): the vision model, then the connector."""
 
     def __init__(self, model):
         super().__init__()
         self.model = model.model
 
     def forward(self, pixel_values):
-        dtype = next(self.model.parameters()).dtype
-        features = self.model.get_image_features(pixel_values=pixel_values.to(dtype)).pooler_output
+        pixel_values = pixel_values.to(next(self.model.parameters()).dtype)
+        if hasattr(self.model, "connector"):  # a tile
+            return self.model.connector(self.model.vision_model(pixel_values=pixel_values).last_hidden_state)
+        features = self.model.get_image_features(pixel_values=pixel_values).pooler_output
         return torch.cat(list(features))[None]
 
 
@@ -31,7 +36,7 @@ class TokenEmbedding(torch.nn.Module):
 
 
 def tokens_per_image(model, image_size: tuple) -> int:
-    """How many feature rows (placeholder tokens) one image of ``image_size`` makes."""
+    """How many feature rows (placeholder tokens) one image (or tile) of ``image_size`` makes."""
     with torch.no_grad():
         return VisionEncoder(model)(torch.zeros(1, 3, *image_size)).shape[1]
 

@@ -25,10 +25,29 @@ def image_prompt(folder, prompt: str, image) -> tuple:
 
 def conversation_prompt(processor, messages: list, images: list) -> tuple:
     """``(ids, pixel_values)`` of ``messages`` (their image parts standing for ``images``,
-    in order) in the processor's chat template, up to the assistant's turn."""
+    in order) in the processor's chat template, up to the assistant's turn; the pixel
+    values ``[images or tiles, 3, H, W]``, in the order of their placeholders."""
     text = processor.apply_chat_template(messages, add_generation_prompt=True)
     inputs = processor(images=images, text=text, return_tensors="pt", add_special_tokens=False)
-    return inputs["input_ids"][0].tolist(), inputs["pixel_values"]
+    return inputs["input_ids"][0].tolist(), image_rows(inputs)
+
+
+def image_rows(inputs):
+    """A processor's ``pixel_values`` as ``vision_encoder`` takes them, one image (LLaVA)
+    or one tile (Idefics3 and SmolVLM split each image into tiles: ``[1, tiles, 3, H, W]``)
+    a row, in the order of their placeholders. A tile the processor padded (its
+    ``pixel_attention_mask``) is refused: the exported encoder computes full tiles only."""
+    pixels = inputs["pixel_values"]
+    pixels = pixels.reshape(-1, *pixels.shape[-3:])
+    mask = inputs.get("pixel_attention_mask")
+    if mask is not None:
+        mask = mask.reshape(-1, *mask.shape[-2:])
+        real = mask.flatten(1).any(1)  # a batch's padding tiles (all zero) hold no placeholders
+        if not mask[real].all():
+            raise GenerationError("the processor padded a tile of this image, and etmlx's vision encoder computes "
+                                  "full tiles only")
+        pixels = pixels[real]
+    return pixels
 
 
 def read_image(path):
@@ -48,13 +67,13 @@ def check_takes_images(program, path) -> None:
     missing = [name for name in IMAGE_METHODS if name not in program.method_names]
     if missing:
         raise GenerationError(f"{path} takes no images (it lacks {', '.join(missing)}): export a vision-language "
-                              "checkpoint (LLaVA) with etmlx export-llm")
+                              "checkpoint (LLaVA, Idefics3, SmolVLM) with etmlx export-llm")
 
 
 class PromptImages:
     """The image features of a prompt's placeholder tokens (``Session.images``). ``ids``
-    is the whole prompt from position 0, ``pixel_values`` its images in order (one batch
-    row each). A chunk fed at positions that hold placeholders runs through
+    is the whole prompt from position 0, ``pixel_values`` its images (or tiles) in order,
+    one batch row each (``image_rows``). A chunk fed at positions that hold placeholders runs through
     ``text_decoder`` with those placeholders' feature rows in their places, wherever the
     chunk starts (a cache that holds the first images already feeds only the rest); every
     other call is ``forward``'s (a placeholder token generated later is embedded as a
@@ -94,3 +113,27 @@ class PromptImages:
         embeddings[0, [slot for slot, _ in rows]] = self.features[[row for _, row in rows]].to(embeddings.dtype)
         return session.run_at_next_positions("text_decoder", embeddings, len(tokens))
 
+
+
+def runner_inputs(ids: list, pixel_values, image_token_id: int) -> list:
+    """The prompt as ExecuTorch's ``MultimodalRunner`` takes it (``MultimodalInput``s):
+    the tokens between images, and each run of ``image_token_id`` placeholders as the
+    next row of ``pixel_values`` (``image_rows``: an image, or a tile, which the runner
+    encodes and prefills in one call). Its ``generate_hf`` reads one image from a
+    processor's output; a prompt of several images, or of an image split into tiles
+    (Idefics3, SmolVLM), goes in this form (``runner.generate(inputs, config, ...)``)."""
+    from executorch.extension.llm.runner import make_image_input, make_token_input
+
+    runs, start = [], 0
+    for position in range(1, len(ids) + 1):
+        if position == len(ids) or (ids[position] == image_token_id) != (ids[start] == image_token_id):
+            runs.append(ids[start:position])
+            start = position
+    images = [run for run in runs if run[0] == image_token_id]
+    if len(images) != len(pixel_values) or len({len(run) for run in images}) > 1:
+        raise GenerationError(f"the prompt holds {len(images)} runs of image tokens "
+                              f"({', '.join(str(len(run)) for run in images) or 'none'} long) for "
+                              f"{len(pixel_values)} images or tiles")
+    rows = iter(range(len(pixel_values)))
+    return [make_image_input(pixel_values[next(rows)][None].contiguous()) if run[0] == image_token_id
+            else make_token_input(run) for run in runs]

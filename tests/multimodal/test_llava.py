@@ -14,6 +14,7 @@ import runtimes
 from etmlx.llm.generation import GenerationError, Session, generate_tokens
 from etmlx.multimodal.images import PromptImages, image_prompt
 from examples import vision_language
+from vision_prompts import eager, image_turn, rgb
 
 NEW_TOKENS = 10
 MAX_SEQ_LEN = 16  # raised to the image's 25 tokens; a 53-token prompt still crosses chunks inside the image
@@ -29,23 +30,6 @@ def llava(tmp_path_factory):
     result = etmlx.export_llm(folder, pte, max_seq_len=MAX_SEQ_LEN, max_context=160)
     model = AutoModelForImageTextToText.from_pretrained(folder).eval()
     return folder, pte, result, model, AutoProcessor.from_pretrained(folder)
-
-
-def eager(model, processor, prompt: str, image=None) -> list:
-    """transformers' greedy tokens after a user turn [image, prompt] (EOS not stopping it)."""
-    content = ([{"type": "image"}] if image else []) + [{"type": "text", "text": prompt}]
-    text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
-    images = [vision_language_image(image)] if image else None
-    inputs = processor(images=images, text=text, return_tensors="pt", add_special_tokens=False)
-    with torch.no_grad():
-        out = model.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=[], pad_token_id=0)
-    return out[0, inputs["input_ids"].shape[1]:].tolist()
-
-
-def vision_language_image(path):
-    from PIL import Image
-
-    return Image.open(path).convert("RGB")
 
 
 def test_the_multimodal_methods_are_whole_on_mlx_over_one_cache(llava):
@@ -69,11 +53,7 @@ def test_the_multimodal_methods_are_whole_on_mlx_over_one_cache(llava):
 def test_an_image_turn_gives_transformers_greedy_tokens(llava, tmp_path, seed):
     folder, pte, _, model, processor = llava
     image = vision_language.write_image(tmp_path / "image.png", seed=seed, size=(40 + 9 * seed, 52))
-    ids, pixel_values = image_prompt(os.path.dirname(pte), "what is in it?", image)
-    program = runtimes.load(pte)
-    session = Session(program)
-    session.images = PromptImages(program, pixel_values, ids)
-    tokens = list(generate_tokens(session, ids, NEW_TOKENS, stop_at_eos=False))
+    tokens = image_turn(runtimes.load(pte), pte, "what is in it?", image)
     assert tokens == eager(model, processor, "what is in it?", image) and len(set(tokens)) > 3
 
 
@@ -87,7 +67,7 @@ def test_executorch_multimodal_runner_gives_eager_text(llava, tmp_path):
     image = vision_language.write_image(tmp_path / "image.png", seed=4)
     turn = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "and this?"}]}]
     text = processor.apply_chat_template(turn, add_generation_prompt=True)
-    inputs = processor(images=vision_language_image(image), text=text, return_tensors="pt", add_special_tokens=False)
+    inputs = processor(images=rgb(image), text=text, return_tensors="pt", add_special_tokens=False)
     runner = MultimodalRunner(pte, os.path.join(os.path.dirname(pte), "tokenizer.json"))
     config = GenerationConfig()
     config.max_new_tokens, config.temperature, config.echo = NEW_TOKENS, 0.0, False
@@ -113,7 +93,7 @@ def test_a_conversation_with_two_images_follows_eager(llava, tmp_path):
     from etmlx.llm.chat import Chat
 
     _, pte, _, model, processor = llava
-    images = [vision_language_image(vision_language.write_image(tmp_path / f"{i}.png", seed=10 + i)) for i in range(2)]
+    images = [rgb(vision_language.write_image(tmp_path / f"{i}.png", seed=10 + i)) for i in range(2)]
     chat = Chat(Session(runtimes.load(pte)), processor.tokenizer, max_new_tokens=NEW_TOKENS, processor=processor)
     eos = model.generation_config.eos_token_id
     for text, image in (("first?", images[0]), ("and then?", None), ("second?", images[1])):

@@ -1,0 +1,35 @@
+"""What the vision-language tests compare with: transformers' greedy tokens after a user
+turn of an image and a prompt, from the checkpoint's own processor."""
+
+import torch
+
+
+def eager(model, processor, prompt: str, image=None, new_tokens: int = 10) -> list:
+    """transformers' greedy tokens after a user turn [image, prompt] (EOS not stopping it)."""
+    content = ([{"type": "image"}] if image else []) + [{"type": "text", "text": prompt}]
+    text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
+    images = [rgb(image)] if image else None
+    inputs = processor(images=images, text=text, return_tensors="pt", add_special_tokens=False)
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False, eos_token_id=[], pad_token_id=0)
+    return out[0, inputs["input_ids"].shape[1]:].tolist()
+
+
+def rgb(path):
+    from PIL import Image
+
+    return Image.open(path).convert("RGB")
+
+
+def image_turn(program, pte, prompt: str, image, new_tokens: int = 10) -> list:
+    """``program``'s greedy tokens after the same turn, from the processor saved beside
+    ``pte`` (``etmlx.multimodal.images``)."""
+    import os
+
+    from etmlx.llm.generation import Session, generate_tokens
+    from etmlx.multimodal.images import PromptImages, image_prompt
+
+    ids, pixel_values = image_prompt(os.path.dirname(pte), prompt, image)
+    session = Session(program)
+    session.images = PromptImages(program, pixel_values, ids)
+    return list(generate_tokens(session, ids, new_tokens, stop_at_eos=False))
