@@ -21,16 +21,16 @@ def _seeded():
 # hands whole files to its workers in collection order (``--dist loadfile``), so a long
 # file collected last would run alone at the end while the other worker idles.
 LONGEST_FIRST = (  # longest first, from make test's --durations
-    "lowering/test_dtype_walk.py", "models/test_recurrent_families.py", "distributed/test_tensor_parallel.py",
-    "generation/test_speculative.py", "fuzz/test_fuzz.py", "models/test_causal_lm_families.py", "cli/test_cli.py",
-    "models/test_kv_cache_growth.py", "speech/test_whisper.py", "generation/test_llm_apps.py",
-    "models/test_sliding_window.py", "models/test_hf_models.py", "lowering/test_convolution.py",
-    "lowering/test_attention.py", "multimodal/test_llava.py", "models/test_mixture_of_experts.py",
-    "export/test_pass_shortcuts.py", "lowering/test_shape.py", "lowering/test_elementwise.py",
-    "delegate_ops/test_delegate_ops.py", "models/test_quantized_kv_cache.py", "serve/test_server.py",
-    "models/test_windowed_attention.py", "generation/test_device_sampler.py", "lowering/test_fusions.py",
-    "lowering/test_quantized.py", "generation/test_prompt_cache.py", "runtime_shim/test_limits.py",
-    "export/test_checkpoint_in_place.py", "loading/test_mapped_load.py", "lowering/test_indexing.py",
+    "distributed/test_tensor_parallel.py", "lowering/test_dtype_walk.py", "models/test_recurrent_families.py",
+    "generation/test_speculative.py", "cli/test_cli.py", "fuzz/test_fuzz.py", "delegate_ops/test_delegate_ops.py",
+    "models/test_kv_cache_growth.py", "models/test_causal_lm_families.py", "lowering/test_attention.py",
+    "lowering/test_convolution.py", "models/test_sliding_window.py", "generation/test_llm_apps.py",
+    "models/test_hf_models.py", "lowering/test_shape.py", "speech/test_whisper.py", "multimodal/test_llava.py",
+    "multimodal/test_idefics3.py", "serve/test_server.py", "lowering/test_elementwise.py",
+    "models/test_mixture_of_experts.py", "export/test_pass_shortcuts.py", "loading/test_mapped_load.py",
+    "lowering/test_fusions.py", "models/test_windowed_attention.py", "models/test_quantized_kv_cache.py",
+    "lowering/test_quantized.py", "runtime_shim/test_limits.py", "lowering/test_indexing.py",
+    "generation/test_device_sampler.py",
 )
 
 
