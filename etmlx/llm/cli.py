@@ -48,7 +48,8 @@ def add_commands(commands) -> None:
 
     for name, helps in (("generate", "generate text from a prompt"), ("chat", "a conversation on stdin, "
                         "with the tokenizer's chat template; the KV cache carries across turns (/reset starts over; "
-                        "/image PATH: the next message is about that image, for a vision-language .pte)")):
+                        "/image PATH: the next message is about that image, for a vision-language .pte; "
+                        "/quit or end of input ends it)")):
         command = commands.add_parser(name, help=helps)
         command.add_argument("pte", help="a .pte from export-llm")
         if name == "generate":
@@ -268,6 +269,8 @@ def _chat(args) -> int:
         if not line:
             return 0
         text = line.strip()
+        if text in ("/quit", "/exit"):
+            return 0
         if text == "/reset":
             chat.reset()
             print("(conversation reset)", file=sys.stderr)

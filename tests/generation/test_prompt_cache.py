@@ -82,7 +82,7 @@ def test_etmlx_chat_prompt_cache_continues_across_runs(exported, tmp_path, monke
     replies = ["".join(reference.reply(text)) for text in ("hello", "how are you")]
     file = str(tmp_path / "chat.kv")
     for turn, text in enumerate(("hello", "how are you")):
-        monkeypatch.setattr(sys, "stdin", io.StringIO(text + "\n"))
+        monkeypatch.setattr(sys, "stdin", io.StringIO(text + "\n/quit\nnot read\n"))  # /quit ends the chat
         assert main(["chat", str(path), "--prompt-cache", file, "--max-new-tokens", "8"]) == 0
         out, err = capsys.readouterr()
         assert out.strip() == replies[turn].strip()
