@@ -1,11 +1,11 @@
 """Tiny vision-language checkpoint folders as users have them (config, safetensors,
 tokenizer, the processor's image preprocessing and chat template), random weights, and an
 image to ask about: what the vision-language tests and the README's walk-through export.
-LLaVA (one image, one encoder call) and Idefics3 (an image split into tiles, an encoder
-call each: SmolVLM's architecture).
+LLaVA (one image, one encoder call), Idefics3 (an image split into tiles, an encoder
+call each: SmolVLM's architecture) and Gemma 3 (an image's tokens attend to the whole image).
 
     python examples/vision_language.py /tmp/llava             # writes the folder and /tmp/llava/image.png
-    python examples/vision_language.py /tmp/idefics3 idefics3
+    python examples/vision_language.py /tmp/idefics3 idefics3   # or gemma3
 """
 
 import os
@@ -83,14 +83,46 @@ def tiny_idefics3_checkpoint(directory, seed: int = 0, tile: int = 32, patch: in
     return _saved(getattr(transformers, f"{family}ForConditionalGeneration"), config, processor, directory, seed, scale)
 
 
-def _saved(model_class, config, processor, directory, seed: int, scale: float) -> str:
+def tiny_gemma3_checkpoint(directory, seed: int = 0, image_size: int = 32, patch: int = 8, scale: float = 4.0) -> str:
+    """Writes a Gemma 3 folder into ``directory``: a SigLIP tower of ``image_size`` pixels
+    in ``patch``-pixel patches, pooled to 4 tokens an image, whose tokens attend to their
+    whole image in the text model (its block mask); a Gemma 3 text model of sliding (window
+    16) and full layers. Weights scaled by ``scale``."""
+    from transformers import (Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessorPil,
+                              Gemma3Processor, Gemma3TextConfig, PreTrainedTokenizerFast, SiglipVisionConfig)
+
+    trained = train_tokenizer(128)
+    named = {"boi_token": "<start_of_image>", "image_token": "<image_soft_token>", "eoi_token": "<end_of_image>"}
+    trained.add_special_tokens({"additional_special_tokens": list(named.values())})
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=trained.backend_tokenizer, unk_token="<unk>", bos_token="<s>",
+                                        eos_token="</s>", extra_special_tokens=named)
+    vision = SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                image_size=image_size, patch_size=patch)
+    layer_types = ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"]
+    text = Gemma3TextConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
+                            sliding_window=16, layer_types=layer_types, query_pre_attn_scalar=16)
+    ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in named.items()}
+    config = Gemma3Config(vision_config=vision, text_config=text, mm_tokens_per_image=4,
+                          image_token_id=ids["image_token"], boi_token_id=ids["boi_token"], eoi_token_id=ids["eoi_token"])
+    processor = Gemma3Processor(image_processor=Gemma3ImageProcessorPil(size={"height": image_size, "width": image_size}),
+                                tokenizer=tokenizer, chat_template=CHAT_TEMPLATE.replace("<image>", named["boi_token"]),
+                                image_seq_length=4)
+    return _saved(Gemma3ForConditionalGeneration, config, processor, directory, seed, scale, norms=3.0)
+
+
+def _saved(model_class, config, processor, directory, seed: int, scale: float, norms=None) -> str:
     """``directory`` holding a ``model_class`` of ``config`` (random weights times
-    ``scale``: greedy text varies) and ``processor``."""
+    ``scale``: greedy text varies) and ``processor``. ``norms``: the spread of norm weights
+    that start at zero (Gemma's, which scale by 1 + weight; left at zero, greedy text repeats)."""
     torch.manual_seed(seed)
     model = model_class(config).eval()
     with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.mul_(scale)
+        for name, parameter in model.named_parameters():
+            if norms and name.endswith("norm.weight") and not parameter.any():
+                parameter.normal_(0, norms)
+            else:
+                parameter.mul_(scale)
     model.save_pretrained(directory)
     processor.save_pretrained(directory)
     return str(directory)
@@ -107,6 +139,6 @@ def write_image(path, seed: int = 0, size=(40, 52)) -> str:
 
 if __name__ == "__main__":
     folder = sys.argv[1] if len(sys.argv) > 1 else "llava-tiny-random"
-    builders = {"llava": tiny_llava_checkpoint, "idefics3": tiny_idefics3_checkpoint}
+    builders = {"llava": tiny_llava_checkpoint, "idefics3": tiny_idefics3_checkpoint, "gemma3": tiny_gemma3_checkpoint}
     builders[sys.argv[2] if len(sys.argv) > 2 else "llava"](folder)
     print(f"wrote {folder} and {write_image(os.path.join(folder, 'image.png'))}")

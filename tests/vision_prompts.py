@@ -33,3 +33,25 @@ def image_turn(program, pte, prompt: str, image, new_tokens: int = 10) -> list:
     session = Session(program)
     session.images = PromptImages(program, pixel_values, ids)
     return list(generate_tokens(session, ids, new_tokens, stop_at_eos=False))
+
+
+def runner_and_eager_text(pte, model, processor, prompt: str, image, new_tokens: int = 10) -> tuple:
+    """(ExecuTorch's C++ MultimodalRunner's text, transformers' greedy text up to its EOS)
+    after the same turn: the runner (its Python binding, on etmlx's native backend) takes
+    the prompt as ``runner_inputs`` lists it, each image or tile in its placeholders' place."""
+    import os
+
+    import etmlx.native  # noqa: F401  (registers the backend with ExecuTorch's runtime)
+    from executorch.extension.llm.runner import GenerationConfig, MultimodalRunner
+
+    from etmlx.multimodal.images import image_prompt, runner_inputs
+
+    ids, pixel_values = image_prompt(os.path.dirname(pte), prompt, image)
+    runner = MultimodalRunner(pte, os.path.join(os.path.dirname(pte), "tokenizer.json"))
+    config = GenerationConfig()
+    config.max_new_tokens, config.temperature, config.echo = new_tokens, 0.0, False
+    pieces = []
+    runner.generate(runner_inputs(ids, pixel_values, model.config.image_token_id), config, pieces.append, None)
+    tokens, eos = eager(model, processor, prompt, image, new_tokens), model.generation_config.eos_token_id
+    tokens = tokens[:tokens.index(eos)] if eos in tokens else tokens
+    return "".join(pieces), processor.tokenizer.decode(tokens)

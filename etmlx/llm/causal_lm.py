@@ -38,7 +38,7 @@ RECURRENT_STATE_METHOD = "use_recurrent_state"
 
 def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_step: int = WINDOW_STEP,
                    sample_on_device: bool = False, kv_bits=None, kv_group_size: int = 64, verify: bool = False,
-                   embeddings: bool = False, buffer_prefix=None) -> dict:
+                   embeddings=False, buffer_prefix=None) -> dict:
     """``{"forward": ExportedProgram, "get_max_seq_len": ..., ...}`` of a Hugging Face
     causal LM (for ``etmlx.export_methods``): ``forward`` takes 1 to ``max_seq_len`` tokens
     per call; the cache holds ``max_context_len`` tokens (default: the model's
@@ -50,15 +50,17 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
     ``verify`` (``windowed_cache.VerifyingCausalLM``): the same call returning every
     position's logits, for a speculative decoder's target (``etmlx.llm.speculative``).
     ``embeddings`` adds ``text_decoder`` (``windowed_cache.EmbeddedCausalLM``): the call on
-    input embeddings, over the same cache (``etmlx.multimodal``). ``buffer_prefix``: the
+    input embeddings, over the same cache (``etmlx.multimodal``); ``embeddings="marked"``,
+    on embeddings whose last channel marks image rows, whose tokens see their whole image
+    (``windowed_cache.MarkedEmbeddedCausalLM``: Gemma 3). ``buffer_prefix``: the
     caches' names start with it (``draft.cached.key_cache_0``), so that another model's
     methods in the same file keep caches of their own (``etmlx.llm.draft``)."""
     import torch
     from torch.export import Dim
 
     from .attention_probe import probe
-    from .windowed_cache import (EmbeddedCausalLM, Prefixed, SampledCausalLM, VerifyingCausalLM, WindowedCausalLM,
-                                 attends_through_window, windowed_attention)
+    from .windowed_cache import (EmbeddedCausalLM, MarkedEmbeddedCausalLM, Prefixed, SampledCausalLM,
+                                 VerifyingCausalLM, WindowedCausalLM, attends_through_window, windowed_attention)
 
     refuse_recurrent_layers(model.config)
     if not isinstance(window_step, int) or window_step < 1:
@@ -83,10 +85,12 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
         traced["verify"] = (VerifyingCausalLM(model, max_context_len, window_step, max_seq_len, **cache), inputs,
                             ({1: seq}, {0: seq}))
     if embeddings:
-        hidden = model.get_input_embeddings().embedding_dim
+        marked = embeddings == "marked"
+        hidden = model.get_input_embeddings().embedding_dim + marked
         embedded = (torch.zeros(1, length, hidden, dtype=model.get_input_embeddings().weight.dtype), inputs[1])
-        traced["text_decoder"] = (EmbeddedCausalLM(model, max_context_len, window_step, max_seq_len, **cache), embedded,
-                                  ({1: seq}, {0: seq}))
+        decoder = (MarkedEmbeddedCausalLM if marked else EmbeddedCausalLM)(model, max_context_len, window_step,
+                                                                          max_seq_len, **cache)
+        traced["text_decoder"] = (decoder, embedded, ({1: seq}, {0: seq}))
     if buffer_prefix is not None:
         traced = {name: (Prefixed(buffer_prefix, wrapper), arguments, (shapes,))  # its forward(*arguments)
                   for name, (wrapper, arguments, shapes) in traced.items()}

@@ -221,9 +221,8 @@ class Session:
         """Runs ``tokens`` at the next positions, in chunks of the file's longest call; the
         last position's logits."""
         self._check_room(len(tokens))
-        chunk = self.limits["get_max_seq_len"]
-        for start in range(0, len(tokens), chunk):
-            piece = tokens[start:start + chunk]
+        for start, end in self._chunks(len(tokens)):
+            piece = tokens[start:end]
             if self.images is not None and self.images.placed_in(self.position, piece):
                 logits = self.images.feed(self, piece)
             else:
@@ -234,7 +233,7 @@ class Session:
         """``feed``, with the last chunk run by the file's ``sample``: the next token drawn
         inside the delegate by ``sampling``'s rules at ``uniform``."""
         self._check_room(len(tokens))
-        last = (len(tokens) - 1) // self.limits["get_max_seq_len"] * self.limits["get_max_seq_len"]
+        last = self._chunks(len(tokens))[-1][0]
         if last:
             self.feed(tokens[:last])
         settings = [np.array([v], dtype=t) for v, t in ((sampling.temperature, np.float32), (sampling.top_k, np.int64),
@@ -249,6 +248,20 @@ class Session:
                                   "export-llm) to decode speculatively")
         self._check_room(len(tokens))
         return np.asarray(self._call(self._name("verify"), tokens)).reshape(len(tokens), -1)
+
+    def _chunks(self, count: int) -> list:
+        """``(start, end)`` of the calls that run ``count`` tokens from the next position:
+        the file's longest call each, but none ending inside a prompt image's placeholders
+        (an image comes whole in one call, as ExecuTorch's MultimodalRunner gives it: a
+        model whose image tokens see their whole image needs it so)."""
+        longest, chunks, start = self.limits["get_max_seq_len"], [], 0
+        while start < count:
+            end = min(start + longest, count)
+            if self.images is not None:
+                end = self.images.chunk_end(self.position + start, self.position + end) - self.position
+            chunks.append((start, end))
+            start = end
+        return chunks
 
     def _check_room(self, count: int) -> None:
         if self.position + count > self.context:

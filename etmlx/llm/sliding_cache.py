@@ -74,10 +74,12 @@ class Rings:
     def __bool__(self) -> bool:
         return bool(self.layers)
 
-    def call(self, static_cache: StaticCache, start, count, end: torch.Tensor) -> None:
+    def call(self, static_cache: StaticCache, start, count, end: torch.Tensor, blocks=None) -> None:
         """The ring call of ``count`` positions from ``start``, the last call having ended
         at ``end`` (a buffer: updated here). ``start`` must be 0 or within ``rewind`` of
-        ``end``: the check is an index into ``arange(rewind + 1)``."""
+        ``end``: the check is an index into ``arange(rewind + 1)``. ``blocks``: the image
+        block of each of the call's positions (-1: none), whose tokens also attend to the
+        later tokens of their block, inside the window (Gemma 3's image tokens)."""
         back = torch.where(start > 0, end - start, 0).reshape(1)
         back = torch.index_select(torch.arange(self.rewind + 1), 0, back).reshape(())
         held_until = start + back  # the last call's end, or 0 when starting over
@@ -87,7 +89,11 @@ class Rings:
         keys = torch.cat([held, positions])
         written = torch.cat([(held >= 0) & (held < start), torch.ones(count, dtype=torch.bool)])
         query = positions[:, None]
-        mask = written & (keys <= query) & (query - keys < self.window)
+        ordered = keys <= query
+        if blocks is not None:  # the ring holds no block of this call: -1 for its slots
+            key_blocks = torch.cat([torch.full((self.size,), -1, dtype=blocks.dtype), blocks])
+            ordered = ordered | ((blocks[:, None] == key_blocks) & (blocks[:, None] >= 0))
+        mask = written & ordered & (query - keys < self.window)
         end.copy_(start + count)
         call = self.current = RingCall(torch.remainder(positions, self.size), mask[None, None])
         for index in self.layers:

@@ -10,7 +10,8 @@ import torch
 from transformers import AttentionInterface
 from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.masking_utils import (AttentionMaskInterface, blockwise_overlay, causal_mask_function, or_masks,
+                                        sdpa_mask)
 
 from .attention_probe import attention_implementation, fit_to_attention, probe
 from .cache_bindings import CacheBindings
@@ -71,19 +72,21 @@ class WindowedCausalLM(torch.nn.Module):
     def forward(self, tokens, cache_position):
         return self.call({"input_ids": tokens}, tokens.shape[1], cache_position)
 
-    def call(self, model_inputs: dict, length, cache_position):
-        """The model on ``model_inputs`` (its ids, or its embeddings) of ``length`` positions."""
+    def call(self, model_inputs: dict, length, cache_position, blocks=None):
+        """The model on ``model_inputs`` (its ids, or its embeddings) of ``length`` positions;
+        ``blocks``: each position's image block, whose tokens attend to each other both ways
+        (-1: a token; ``MarkedEmbeddedCausalLM``)."""
+        held = self.bindings.bind()  # the layers' tensors: the buffers being traced
+        try:
+            return self._call(model_inputs, length, cache_position, blocks)
+        finally:
+            self.bindings.unbind(held)
+
+    def _call(self, model_inputs: dict, length, cache_position, blocks):
         # Bound-checked by the runtimes: every position written must lie in the cache, and
         # then inside the window (% keeps the window's size in range for the first check
         # to name a position that is not; twice, as ExecuTorch's C++ scalar mod keeps the
         # sign of a negative position where Python's does not).
-        held = self.bindings.bind()  # the layers' tensors: the buffers being traced
-        try:
-            return self._call(model_inputs, length, cache_position)
-        finally:
-            self.bindings.unbind(held)
-
-    def _call(self, model_inputs: dict, length, cache_position):
         inside = torch.index_select(torch.arange(self.capacity), 0, cache_position)
         window = self.window((cache_position[-1].item() % self.capacity + self.capacity) % self.capacity)
         written = torch.index_select(torch.arange(self.capacity)[:window], 0, inside)
@@ -98,9 +101,12 @@ class WindowedCausalLM(torch.nn.Module):
         try:
             continues = start_call(self.cached.static_cache, self.recurrent, start, self.scanned)
             if self.rings:
-                self.rings.call(self.cached.static_cache, start, length, self.ring_end)
+                self.rings.call(self.cached.static_cache, start, length, self.ring_end, blocks)
             TRACING.window, TRACING.rings, TRACING.quantized = window, self.rings, self.quantized
             TRACING.continues = continues if self.scanned else None
+            if blocks is not None:  # by cache position, as transformers' block mask reads them
+                TRACING.blocks = torch.full((1, self.capacity), -1, dtype=blocks.dtype).index_put(
+                    (torch.zeros_like(inside), inside), blocks)
             with masks_sized_by_layers_with_keys():
                 outputs = self.cached.model(
                     **model_inputs, attention_mask=None, **{self.cache_keyword: self.cached.static_cache},
@@ -133,6 +139,22 @@ class EmbeddedCausalLM(WindowedCausalLM):
 
     def forward(self, embeddings, cache_position):
         return self.call({"inputs_embeds": embeddings}, embeddings.shape[1], cache_position)
+
+
+class MarkedEmbeddedCausalLM(WindowedCausalLM):
+    """``text_decoder(marked [1, n, hidden + 1], cache_position) -> logits [1, vocab]``:
+    ``EmbeddedCausalLM`` for a model whose image tokens attend to every token of their
+    image, later ones too (Gemma 3; transformers' block mask). The last channel marks an
+    image's rows (1; the image methods write it, 0 for a token's embedding), so the call
+    knows its image tokens though it takes no third input: ExecuTorch's MultimodalRunner
+    passes two. Consecutive marked rows are one image, so an image must come whole in one
+    call (the runner prefills an image in one; ``Session`` never splits one)."""
+
+    def forward(self, marked, cache_position):
+        embeddings, image = marked[..., :-1], marked[0, :, -1] > 0.5
+        # an image's rows share the count of token rows up to them, and the next image's differs
+        blocks = torch.where(image, torch.cumsum((~image).long(), 0), -1)
+        return self.call({"inputs_embeds": embeddings}, marked.shape[1], cache_position, blocks)
 
 
 class SampledCausalLM(WindowedCausalLM):
@@ -207,11 +229,14 @@ def _softcapped(module, query, key, value, attention_mask, **kwargs):
     return eager(module, query, key, value, attention_mask, **kwargs)
 
 
-def _sdpa_mask_over_the_cache(*args, **kwargs):
+def _sdpa_mask_over_the_cache(*args, mask_function=causal_mask_function, **kwargs):
     """transformers' SDPA mask, always made: run eagerly (the quantized cache's reference),
     it would skip a mask it deems plainly causal, but the window holds slots past the
-    last position; traced, it never skips."""
-    return sdpa_mask(*args, **{**kwargs, "allow_is_causal_skip": False})
+    last position; traced, it never skips. A call of image blocks (``TRACING.blocks``)
+    also lets each image's tokens see their whole image, as transformers' block mask does."""
+    if TRACING.blocks is not None:
+        mask_function = or_masks(mask_function, blockwise_overlay(TRACING.blocks))
+    return sdpa_mask(*args, mask_function=mask_function, **{**kwargs, "allow_is_causal_skip": False})
 
 
 @contextlib.contextmanager

@@ -24,10 +24,13 @@ from etmlx.errors import ExportError
 
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 # The model types whose image features and attention etmlx's methods reproduce (tested
-# against eager). Others export without an error but would compute other numbers (Gemma 3
-# attends both ways among an image's tokens; LLaVA-NeXT's tiles are unpadded per image;
-# Qwen2.5-VL numbers its positions in three dimensions), so they are refused by name.
-MODEL_TYPES = ("llava", "idefics3", "smolvlm")
+# against eager). Others export without an error but would compute other numbers
+# (LLaVA-NeXT's tiles are unpadded per image; Qwen2.5-VL numbers its positions in three
+# dimensions), so they are refused by name.
+MODEL_TYPES = ("llava", "idefics3", "smolvlm", "gemma3")
+# Those whose image tokens attend to every token of their image, later ones too: their
+# embeddings carry a channel marking image rows (``MarkedEmbeddedCausalLM``).
+WHOLE_IMAGE_ATTENTION = ("gemma3",)
 
 
 def is_image_text(model_dir) -> bool:
@@ -72,9 +75,13 @@ def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int =
     causal_lm.with_static_cache(text, capacity)
     image_size = _image_size(processor)
     # ExecuTorch's MultimodalRunner prefills an image's embeddings in one call
-    longest = min(max(max_seq_len, image_program.tokens_per_image(model, image_size)), capacity)
-    methods = causal_lm.export_methods(text, longest, capacity, embeddings=True)
-    methods.update(image_program.export_methods(model, text, image_size, longest))
+    per_image = image_program.tokens_per_image(model, image_size)
+    longest = min(max(max_seq_len, per_image), capacity)
+    marked = model_type in WHOLE_IMAGE_ATTENTION
+    if marked:
+        _refuse_images_past_the_window(text.config, per_image)
+    methods = causal_lm.export_methods(text, longest, capacity, embeddings="marked" if marked else True)
+    methods.update(image_program.export_methods(model, text, image_size, longest, marked))
     methods["image_token_id"] = int(model.config.image_token_id)
     report("trace", time.perf_counter() - started)
     started = time.perf_counter()
@@ -97,6 +104,17 @@ def text_model(model):
     text.model, text.lm_head = model.model.get_decoder(), model.lm_head
     text.generation_config = model.generation_config
     return text.eval()
+
+
+def _refuse_images_past_the_window(config, per_image: int) -> None:
+    """A sliding layer lets an image's tokens see the rest of their image only inside its
+    window (transformers: the window AND (causal OR block)). etmlx's rings mask so; a
+    sliding layer whose window spans the cache keeps transformers' sliding mask, which the
+    block is ORed into: the same only while an image fits in the window."""
+    window = getattr(config, "sliding_window", None)
+    if window is not None and per_image > window:
+        raise ExportError(f"{per_image} tokens per image, past the sliding window of {window}: etmlx attends an "
+                          "image's tokens to each other only within the window")
 
 
 def _image_size(processor) -> tuple:

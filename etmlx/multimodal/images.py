@@ -96,6 +96,18 @@ class PromptImages:
             raise GenerationError(f"the prompt holds {len(self.slots)} image tokens for {len(self.features)} rows "
                                   "of image features")
 
+    def chunk_end(self, start: int, end: int) -> int:
+        """``end``, or the first position of the image whose placeholders it would split
+        when that image starts after ``start`` (``Session._chunks``)."""
+        row = bisect.bisect_left(self.slots, end)
+        if 0 < row < len(self.slots) and self.slots[row - 1] == end - 1 and self.slots[row] == end:
+            first = row - 1  # the placeholders run on across end: back to where they begin
+            while first > 0 and self.slots[first - 1] == self.slots[first] - 1:
+                first -= 1
+            if self.slots[first] > start:
+                return self.slots[first]
+        return end
+
     def _rows(self, start: int, count: int) -> list:
         """(slot within the chunk, feature row) of the placeholders at positions [start, start + count)."""
         first = bisect.bisect_left(self.slots, start)

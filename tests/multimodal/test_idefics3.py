@@ -13,9 +13,7 @@ import runtimes
 from etmlx.llm.generation import GenerationError
 from etmlx.multimodal.images import image_prompt, image_rows, runner_inputs
 from examples import vision_language
-from vision_prompts import eager, image_turn
-
-NEW_TOKENS = 10
+from vision_prompts import eager, image_turn, runner_and_eager_text
 
 
 @pytest.fixture(scope="module")
@@ -54,20 +52,10 @@ def test_an_image_of_tiles_gives_transformers_greedy_tokens(idefics3, tmp_path, 
 def test_executorch_multimodal_runner_takes_the_tiles_in_order(idefics3, tmp_path):
     """ExecuTorch's C++ MultimodalRunner (its Python binding) encodes each tile and fills
     its placeholders, from ``runner_inputs``."""
-    import etmlx.native  # noqa: F401  (registers the backend with ExecuTorch's runtime)
-    from executorch.extension.llm.runner import GenerationConfig, MultimodalRunner
-
     pte, _, model, processor = idefics3
     image = vision_language.write_image(tmp_path / "image.png", seed=3)
-    ids, pixel_values = image_prompt(os.path.dirname(pte), "and this?", image)
-    runner = MultimodalRunner(pte, os.path.join(os.path.dirname(pte), "tokenizer.json"))
-    config = GenerationConfig()
-    config.max_new_tokens, config.temperature, config.echo = NEW_TOKENS, 0.0, False
-    pieces = []
-    runner.generate(runner_inputs(ids, pixel_values, model.config.image_token_id), config, pieces.append, None)
-    tokens, eos = eager(model, processor, "and this?", image), model.generation_config.eos_token_id
-    tokens = tokens[:tokens.index(eos)] if eos in tokens else tokens
-    assert "".join(pieces) == processor.tokenizer.decode(tokens)
+    runner_text, eager_text = runner_and_eager_text(pte, model, processor, "and this?", image)
+    assert runner_text == eager_text
 
 
 def test_placeholders_that_do_not_match_the_tiles_are_one_error(idefics3):

@@ -17,7 +17,7 @@ from examples import vision_language
 from vision_prompts import eager, image_turn, rgb
 
 NEW_TOKENS = 10
-MAX_SEQ_LEN = 16  # raised to the image's 25 tokens; a 53-token prompt still crosses chunks inside the image
+MAX_SEQ_LEN = 16  # raised to the image's 25 tokens; a 53-token prompt's first chunk ends before the image
 
 
 @pytest.fixture(scope="module")
@@ -133,12 +133,12 @@ def test_bad_images_and_programs_get_one_line(llava, tmp_path):
     session.images = PromptImages(session.program, pixel_values, ids)
     with pytest.raises(GenerationError, match=r"the prompt's \d+ tokens are past the context of 160 tokens"):
         list(generate_tokens(session, ids, 4))
-    from transformers import Gemma3Config
+    from transformers import Qwen2_5_VLConfig
 
-    gemma = tmp_path / "gemma3"
-    Gemma3Config().save_pretrained(gemma)
-    with pytest.raises(etmlx.ExportError, match="a gemma3 vision-language model, which etmlx does not export yet"):
-        etmlx.export_llm(gemma, tmp_path / "gemma3.pte")
+    qwen = tmp_path / "qwen2_5_vl"
+    Qwen2_5_VLConfig().save_pretrained(qwen)
+    with pytest.raises(etmlx.ExportError, match="a qwen2_5_vl vision-language model, which etmlx does not export yet"):
+        etmlx.export_llm(qwen, tmp_path / "qwen2_5_vl.pte")
     mlp = tmp_path / "mlp.pte"
     etmlx.export(torch.nn.Linear(4, 4), (torch.zeros(1, 4),), mlp)
     with pytest.raises(GenerationError, match="takes no images"):
