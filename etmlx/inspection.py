@@ -31,6 +31,18 @@ def inspect_program(path_or_bytes) -> dict:
     return report
 
 
+def buffer_dtypes(path_or_bytes, method: str = "forward") -> set:
+    """The dtypes (``"bfloat16"``, ...) of the buffers ``method``'s etmlx delegates hold (a
+    language model's caches: the dtype it computes in), reading no other part of them."""
+    pte = read_pte(path_or_bytes)
+    names = [m.name for m in describe(pte).methods]
+    if method not in names:
+        return set()
+    delegates = pte.program.plans[names.index(method)].delegates
+    graphs = [deserialize(pte.delegate_data(d)) for d in delegates if d.id == BACKEND_ID]
+    return {DTYPE_NAMES[b.initial.dtype].lower() for graph in graphs for b in graph.buffers or []}
+
+
 def held_bytes(report: dict) -> dict:
     """What a load of the program holds in MLX, ``{"constants": n, "buffers": n,
     "growing_buffers": n}``: each constant once per key, dtype and shape (the runtimes

@@ -174,14 +174,11 @@ def _note_half_precision_on_the_cpu(path) -> None:
     in float32; said once, before the first token, so a slow start has its reason."""
     import mlx.core as mx
 
-    from etmlx.runtime_shim.describe import describe
-    from etmlx.runtime_shim.pte_file import read_pte
+    from etmlx.inspection import buffer_dtypes
 
     if mx.default_device() != mx.cpu:
         return
-    forward = next((m for m in describe(read_pte(path)).methods if m.name == "forward"), None)
-    dtypes = {value.dtype for value in forward.outputs if value.kind == "tensor"} if forward else set()
-    half = dtypes & {"bfloat16", "float16"}
+    half = buffer_dtypes(path) & {"bfloat16", "float16"}  # its caches' (the logits are float32)
     if half:
         print(f"note: this program computes in {half.pop()}, which MLX's CPU kernels run several times slower than "
               "float32 (quantized weights up to 35x): for the CPU, export with --dtype float32", file=sys.stderr)

@@ -227,7 +227,7 @@ class Session:
                 logits = self.images.feed(self, piece)
             else:
                 logits = self._call(self._name("forward"), piece)
-        return np.asarray(logits).reshape(-1)
+        return _float_logits(logits).reshape(-1)
 
     def sample(self, tokens: list, sampling: Sampling, uniform: float) -> int:
         """``feed``, with the last chunk run by the file's ``sample``: the next token drawn
@@ -247,7 +247,7 @@ class Session:
             raise GenerationError("this program has no verify method: export the target with --verify (etmlx "
                                   "export-llm) to decode speculatively")
         self._check_room(len(tokens))
-        return np.asarray(self._call(self._name("verify"), tokens)).reshape(len(tokens), -1)
+        return _float_logits(self._call(self._name("verify"), tokens)).reshape(len(tokens), -1)
 
     def _chunks(self, count: int) -> list:
         """``(start, end)`` of the calls that run ``count`` tokens from the next position:
@@ -279,6 +279,17 @@ class Session:
         out = self.program.run_method(method, [first, positions, *settings])[0]
         self.position += count
         return out
+
+
+def _float_logits(output) -> np.ndarray:
+    """A method's logits as numpy; refused unless floating point: a file exported before
+    etmlx returned float32 logits gives a bfloat16 model's as their 16-bit patterns, whose
+    argmax would be a wrong token."""
+    logits = np.asarray(output)
+    if not np.issubdtype(logits.dtype, np.floating):
+        raise GenerationError(f"the file's logits come as {logits.dtype} (bfloat16 bits, from an older etmlx): "
+                              "export it again")
+    return logits
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ ATTENTION = "etmlx_windowed_sdpa"
 
 
 class WindowedCausalLM(torch.nn.Module):
-    """``forward(tokens [1, n], cache_position [n]) -> logits [1, vocab]`` of the last
-    position: ExecuTorch's LLM-runner convention. The cache buffers are transformers' own
+    """``forward(tokens [1, n], cache_position [n]) -> logits [1, vocab]`` (float32) of the
+    last position: ExecuTorch's LLM-runner convention. The cache buffers are transformers' own
     (``TorchExportableModuleWithStaticCache``), so they carry the same names as in its
     export; ``kv_bits``: its full-attention layers' caches quantized to that many bits in
     groups of ``kv_group_size`` (``etmlx.llm.quantized_cache``)."""
@@ -116,7 +116,9 @@ class WindowedCausalLM(torch.nn.Module):
             TRACING.clear()
             self.rings.forget(self.cached.static_cache)
             end_call(self.cached.static_cache, self.recurrent)
-        return outputs.logits[:, -1, :] if self.last_only else outputs.logits
+        # float32 whatever the model's dtype: numpy callers (etmlx's Session) would get
+        # bfloat16 logits as their 16-bit patterns, and the LLM runners sample float32
+        return (outputs.logits[:, -1, :] if self.last_only else outputs.logits).float()
 
     last_only = True
 
@@ -166,7 +168,7 @@ class SampledCausalLM(WindowedCausalLM):
     Its buffers carry ``WindowedCausalLM``'s names, so both methods share one cache."""
 
     def forward(self, tokens, cache_position, temperature, top_k, top_p, min_p, uniform):
-        scaled = super().forward(tokens, cache_position)[0].float() / temperature
+        scaled = super().forward(tokens, cache_position)[0] / temperature
         vocab = scaled.shape[-1]
         order = torch.sort(-scaled, stable=True).indices  # likeliest first, ties by lower id
         ranked = scaled[order]

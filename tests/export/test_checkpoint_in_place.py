@@ -6,9 +6,12 @@ model first writes. A damaged or incomplete checkpoint is one error that names i
 import os
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
+import etmlx
+from etmlx.llm.generation import Session
 from etmlx.lowering import mapped_pages
 from etmlx.llm import safetensors_file
 from etmlx.cli import main
@@ -56,6 +59,14 @@ def test_the_deferred_export_writes_the_bytes_of_quantizing_first(checkpoint, de
     assert deferred_export.read_bytes() == (tmp_path / "eager.pte").read_bytes()
     nodes = inspect_program(deferred_export)["methods"]["forward"]["delegates"][0]["nodes"]
     assert nodes.count("QuantizedMatmul") == 7 + 1 and "Dequantize" in nodes  # projections, head; embedding
+    # its logits come as float32 (numpy holds bfloat16 as bit patterns, whose argmax is another token)
+    prompt = [3, 17, 40, 9, 21]
+    with torch.no_grad():
+        expected = quantized(torch.tensor([prompt])).logits[0, -1].float()
+    for runtime in etmlx.RUNTIMES:
+        logits = Session(etmlx.load(deferred_export, runtime=runtime)).feed(prompt)
+        assert logits.dtype == np.float32 and logits.argmax() == expected.argmax()
+        torch.testing.assert_close(torch.from_numpy(logits), expected, rtol=0.02, atol=0.02)
 
 
 def test_generating_in_half_precision_on_the_cpu_says_why_it_is_slow(deferred_export, capsys):
