@@ -108,19 +108,20 @@ def tiny_gemma3_checkpoint(directory, seed: int = 0, image_size: int = 32, patch
     processor = Gemma3Processor(image_processor=Gemma3ImageProcessorPil(size={"height": image_size, "width": image_size}),
                                 tokenizer=tokenizer, chat_template=CHAT_TEMPLATE.replace("<image>", named["boi_token"]),
                                 image_seq_length=4)
-    return _saved(Gemma3ForConditionalGeneration, config, processor, directory, seed, scale, norms=3.0)
+    return _saved(Gemma3ForConditionalGeneration, config, processor, directory, seed, scale, zeros=1.0)
 
 
-def _saved(model_class, config, processor, directory, seed: int, scale: float, norms=None) -> str:
+def _saved(model_class, config, processor, directory, seed: int, scale: float, zeros=None) -> str:
     """``directory`` holding a ``model_class`` of ``config`` (random weights times
-    ``scale``: greedy text varies) and ``processor``. ``norms``: the spread of norm weights
-    that start at zero (Gemma's, which scale by 1 + weight; left at zero, greedy text repeats)."""
+    ``scale``: greedy text varies) and ``processor``. ``zeros``: the spread of the weights
+    the model's init leaves at zero (Gemma 3's norms, which scale by 1 + weight, and its
+    image projection: left so, greedy text repeats and every image is alike)."""
     torch.manual_seed(seed)
     model = model_class(config).eval()
     with torch.no_grad():
         for name, parameter in model.named_parameters():
-            if norms and name.endswith("norm.weight") and not parameter.any():
-                parameter.normal_(0, norms)
+            if zeros and name.endswith("weight") and not parameter.any():
+                parameter.normal_(0, zeros)
             else:
                 parameter.mul_(scale)
     model.save_pretrained(directory)
