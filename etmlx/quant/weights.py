@@ -40,11 +40,12 @@ def quantize(module, scheme: str, group_size=64, embeddings: bool = True, deferr
     kinds = (torch.nn.Linear, torch.nn.Embedding) if embeddings else (torch.nn.Linear,)
     width = _mixed_width(module, *MIXED[scheme]) if scheme in MIXED else lambda name, layer: scheme
     names, done = [], {}  # id of a float weight -> (it, held so that its id stays its own; what it became)
+    kept_float = _read_by_their_owner(module)
     for name, layer in list(module.named_modules()):
         if _is_experts(layer):
             stacks = _quantize_expert_stacks(layer, lambda stack: width(f"{name}.{stack}", None), group_size)
             names += [f"{name}.{stack}".lstrip(".") for stack in stacks]
-        if not isinstance(layer, kinds):
+        if not isinstance(layer, kinds) or id(layer) in kept_float:
             continue
         columns = layer.weight.shape[1]
         if group_size is not None and columns % group_size:
@@ -154,6 +155,16 @@ FLOAT_SCHEMES = {"mxfp4": 32, "mxfp8": 32, "nvfp4": 16}
 CHOICES = SCHEMES + tuple(MIXED) + tuple(FLOAT_SCHEMES)  # what quantize= takes
 
 
+def _read_by_their_owner(module) -> set:
+    """ids of the linear layers whose owner reads their weight rather than calling them:
+    ``torch.nn.MultiheadAttention``'s ``out_proj`` (its functional form transposes the
+    weight, which torchao's quantized tensors do not offer; SigLIP's pooling head). They
+    stay float."""
+    import torch
+
+    return {id(m.out_proj) for m in module.modules() if isinstance(m, torch.nn.MultiheadAttention)}
+
+
 def _float_quantize(module, scheme: str, embeddings: bool):
     """``quantize`` in a float mode: ExecuTorch's ``ExportableMXConfig`` (FP8 E4M3
     values, a power of two per 32) or ``ExportableNVFP4Config`` (FP4 values, an FP8 scale
@@ -166,8 +177,10 @@ def _float_quantize(module, scheme: str, embeddings: bool):
     group = FLOAT_SCHEMES[scheme]
     kinds = (torch.nn.Linear, torch.nn.Embedding) if embeddings else (torch.nn.Linear,)
     rows = group if scheme == "nvfp4" else 1  # NVFP4's kernels tile rows by 16 too
+    kept_float = _read_by_their_owner(module)
     names = [name for name, layer in module.named_modules()
-             if isinstance(layer, kinds) and layer.weight.shape[0] % rows == 0 and layer.weight.shape[1] % group == 0]
+             if isinstance(layer, kinds) and id(layer) not in kept_float
+             and layer.weight.shape[0] % rows == 0 and layer.weight.shape[1] % group == 0]
     chosen = {id(module.get_submodule(name)) for name in names}
     with torch.no_grad():
         if scheme == "mxfp4":

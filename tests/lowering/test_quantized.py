@@ -182,6 +182,29 @@ def test_expert_stacks_whose_rows_do_not_divide_into_groups_stay_float():
     assert names == [] and isinstance(model.gate_up_proj, torch.nn.Parameter)
 
 
+class AttentionPool(torch.nn.Module):
+    """SigLIP's pooling head: ``nn.MultiheadAttention`` reads its ``out_proj``'s weight itself."""
+
+    def __init__(self):
+        super().__init__()
+        self.attention = torch.nn.MultiheadAttention(64, 2, batch_first=True)
+        self.up = torch.nn.Linear(64, 64)
+
+    def forward(self, x):
+        return self.up(self.attention(x, x, x, need_weights=False)[0])
+
+
+@pytest.mark.parametrize("scheme", ["int4", "mxfp8"])
+def test_multihead_attention_keeps_the_projection_it_reads_itself_float(scheme, tmp_path):
+    torch.manual_seed(0)
+    model, x = AttentionPool().eval(), torch.randn(1, 5, 64)
+    result = etmlx.export(model, (x,), tmp_path / "pool.pte", quantize=scheme, group_size=32)
+    assert result.quantized == ("up",) and result.report.fully_delegated
+    reference, _ = quantized_copy(model, scheme, 32)
+    with torch.no_grad():
+        assert_close(runtimes.load(result.path).forward(x), reference(x))
+
+
 def test_a_mixed_recipe_gives_value_down_and_head_layers_more_bits():
     """mixed_4_6 as mlx-lm's recipe picks (llama.cpp's Q4_K_M): 6 bits for the head, and
     for v_proj and down_proj of the first and last eighth of 8 layers and every third
