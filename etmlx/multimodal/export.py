@@ -65,10 +65,11 @@ def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int =
     processor = load_processor(AutoProcessor, model_dir, "processor (the image preprocessing and chat template)")
     model = load_checkpoint(AutoModelForImageTextToText, model_dir, dtype, "an image-text-to-text model")
     report("load", time.perf_counter() - started)
+    quantized = ()
     if quantize is not None:
         from etmlx.quant.weights import quantize as quantize_weights
 
-        model, _ = quantize_weights(model, quantize, group_size)
+        model, quantized = quantize_weights(model, quantize, group_size)
     started = time.perf_counter()
     text = text_model(model)
     capacity = max_context or min(getattr(text.config, "max_position_embeddings", None) or 2048, 2048)
@@ -87,6 +88,7 @@ def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int =
     started = time.perf_counter()
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     result = export_methods(methods, output)
+    result.quantized = tuple(quantized)
     report("lower and write", time.perf_counter() - started)
     result.tokenizer_files = copy_tokenizer(model_dir, os.path.dirname(os.path.abspath(output)),
                                             extra=PROCESSOR_FILES)
