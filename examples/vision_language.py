@@ -29,30 +29,38 @@ CHAT_TEMPLATE = (
 
 
 def tiny_llava_checkpoint(directory, seed: int = 0, image_size: int = IMAGE_SIZE, patch: int = PATCH,
-                          vision: tuple = (32, 2, 2, 64), text: tuple = (64, 2, 4, 2), scale: float = 4.0) -> str:
+                          vision: tuple = (32, 2, 2, 64), text: tuple = (64, 2, 4, 2), scale: float = 4.0,
+                          tower: str = "clip") -> str:
     """Writes a LLaVA folder (a CLIP vision tower of ``image_size`` pixels square in
     ``patch``-pixel patches, a Llama) into ``directory``. ``vision``: (hidden, layers,
     heads, MLP width); ``text``: (hidden, layers, heads, key-value heads); weights scaled by ``scale``
-    (4: greedy text varies)."""
+    (4: greedy text varies). ``tower="siglip"``: a SigLIP tower (no class token, so every
+    patch's features; its pooling head, which LLaVA does not read, kept as checkpoints have it)."""
     from transformers import (CLIPImageProcessor, CLIPVisionConfig, LlamaConfig, LlavaConfig,
-                              LlavaForConditionalGeneration, LlavaProcessor)
+                              LlavaForConditionalGeneration, LlavaProcessor, SiglipImageProcessorPil,
+                              SiglipVisionConfig)
 
     tokenizer = train_tokenizer(128)
     tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
     (vision_hidden, vision_layers, vision_heads, vision_mlp), (hidden, layers, heads, kv_heads) = vision, text
-    vision_config = CLIPVisionConfig(hidden_size=vision_hidden, intermediate_size=vision_mlp,
-                                     num_hidden_layers=vision_layers, num_attention_heads=vision_heads,
-                                     image_size=image_size, patch_size=patch, projection_dim=vision_hidden)
+    sizes = dict(hidden_size=vision_hidden, intermediate_size=vision_mlp, num_hidden_layers=vision_layers,
+                 num_attention_heads=vision_heads, image_size=image_size, patch_size=patch)
+    if tower == "clip":
+        vision_config, selection, class_tokens = CLIPVisionConfig(**sizes, projection_dim=vision_hidden), "default", 1
+        images = CLIPImageProcessor(size={"shortest_edge": image_size},
+                                    crop_size={"height": image_size, "width": image_size})
+    else:
+        vision_config, selection, class_tokens = SiglipVisionConfig(**sizes), "full", 0
+        images = SiglipImageProcessorPil(size={"height": image_size, "width": image_size})
     text_config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
                               num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
                               max_position_embeddings=max(256, 2 * (image_size // patch) ** 2))
     config = LlavaConfig(vision_config=vision_config, text_config=text_config,
                          image_token_id=tokenizer.convert_tokens_to_ids("<image>"), vision_feature_layer=-2,
-                         vision_feature_select_strategy="default", image_seq_length=(image_size // patch) ** 2)
-    images = CLIPImageProcessor(size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size})
+                         vision_feature_select_strategy=selection, image_seq_length=(image_size // patch) ** 2)
     processor = LlavaProcessor(image_processor=images, tokenizer=tokenizer, patch_size=patch,
-                               vision_feature_select_strategy="default", chat_template=CHAT_TEMPLATE,
-                               num_additional_image_tokens=1)
+                               vision_feature_select_strategy=selection, chat_template=CHAT_TEMPLATE,
+                               num_additional_image_tokens=class_tokens)
     return _saved(LlavaForConditionalGeneration, config, processor, directory, seed, scale)
 
 

@@ -83,17 +83,3 @@ def test_an_image_longer_than_the_sliding_window_is_refused(tmp_path):
     with pytest.raises(etmlx.ExportError, match="4 tokens per image, past the sliding window of 2"):
         etmlx.export_llm(folder, tmp_path / "narrow.pte")
 
-
-def test_int4_weights_give_the_quantized_model_s_greedy_tokens(gemma3, tmp_path):
-    """The vision tower, projection and text model quantized alike at export and in eager
-    (``quantized_copy``): the same greedy tokens on the native runtime."""
-    from etmlx.quant.weights import quantized_copy
-
-    _, _, model, processor, image = gemma3
-    pte = str(tmp_path / "int4.pte")
-    result = etmlx.export_llm(os.path.dirname(image), pte, max_seq_len=26, max_context=80, quantize="int4",
-                              group_size=32)
-    reference, names = quantized_copy(model, "int4", 32)
-    assert result.quantized == tuple(names) and any("vision_tower" in name for name in names)
-    tokens = image_turn(etmlx.load(pte, runtime="executorch"), pte, PROMPT, image)
-    assert tokens == eager(reference, processor, PROMPT, image)

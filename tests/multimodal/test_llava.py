@@ -57,6 +57,26 @@ def test_an_image_turn_gives_transformers_greedy_tokens(llava, tmp_path, seed):
     assert tokens == eager(model, processor, "what is in it?", image) and len(set(tokens)) > 3
 
 
+def test_a_siglip_tower_at_int4_gives_the_quantized_model_s_tokens(tmp_path):
+    """LLaVA on a SigLIP tower (every patch's features; a pooling head whose
+    ``nn.MultiheadAttention`` reads its projection itself, which stays float), its vision
+    tower, projector and Llama quantized alike at export and in eager (``quantized_copy``)."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from etmlx.quant.weights import quantized_copy
+
+    folder = vision_language.tiny_llava_checkpoint(tmp_path / "siglip", image_size=32, patch=8, tower="siglip")
+    pte = str(tmp_path / "int4.pte")
+    result = etmlx.export_llm(folder, pte, max_seq_len=32, max_context=128, quantize="int4", group_size=32)
+    reference, names = quantized_copy(AutoModelForImageTextToText.from_pretrained(folder).eval(), "int4", 32)
+    assert result.quantized == tuple(names) and "model.vision_tower.head.attention.out_proj" not in names
+    assert any(name.startswith("model.vision_tower.encoder") for name in names)
+    image = vision_language.write_image(tmp_path / "image.png")
+    expected = eager(reference, AutoProcessor.from_pretrained(folder), "what?", image)
+    for runtime in etmlx.RUNTIMES:
+        assert image_turn(etmlx.load(pte, runtime=runtime), pte, "what?", image) == expected
+
+
 def test_executorch_multimodal_runner_gives_eager_text(llava, tmp_path):
     """ExecuTorch's own C++ MultimodalRunner (its Python binding) drives the file's methods
     with etmlx's native backend, from the processor's output."""
