@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 
@@ -23,6 +24,28 @@ def serving(pte, *options):
     finally:
         server.terminate()
         server.wait(30)
+
+
+def post(url: str, body, route: str = "/chat/completions") -> tuple:
+    """(HTTP status, JSON reply) of ``body`` (an object, or raw bytes) posted to ``route``."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(url + route, data, {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def image_part(image) -> dict:
+    """An OpenAI ``image_url`` content part carrying ``image`` (Pillow) as a PNG data: URL,
+    as clients send a local image."""
+    import base64
+    import io
+
+    png = io.BytesIO()
+    image.save(png, format="PNG")
+    return {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png.getvalue()).decode()}}
 
 
 def health(url: str) -> dict:

@@ -165,7 +165,12 @@ def _session(args):
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.min_p, args.repetition_penalty, args.seed)
     session = Session(load(args.pte, runtime=args.runtime))
     _note_half_precision_on_the_cpu(args.pte)
-    return session, load_tokenizer(args.tokenizer or os.path.dirname(os.path.abspath(args.pte))), sampling
+    return session, load_tokenizer(_folder(args)), sampling
+
+
+def _folder(args) -> str:
+    """Where the program's tokenizer (and processor) lie: ``--tokenizer``, or beside it."""
+    return args.tokenizer or os.path.dirname(os.path.abspath(args.pte))
 
 
 def _note_half_precision_on_the_cpu(path) -> None:
@@ -226,8 +231,7 @@ def _image_turn(args, image, session, tokenizer, sampling, stats):
     from etmlx.multimodal.images import PromptImages, image_prompt
     from .generation import generate_tokens, stream_text
 
-    folder = args.tokenizer or os.path.dirname(os.path.abspath(args.pte))
-    ids, pixel_values = image_prompt(folder, args.prompt, image)
+    ids, pixel_values = image_prompt(_folder(args), args.prompt, image)
     session.images = PromptImages(session.program, pixel_values, ids)
     tokens = generate_tokens(session, ids, args.max_new_tokens, sampling, stats)
     return stream_text(tokenizer, tokens, tuple(args.stop), stats, session.eos_ids)
@@ -249,12 +253,13 @@ def _read(path) -> bytes:
 
 
 def _chat(args) -> int:
+    from etmlx.multimodal.images import processor_for
     from .chat import Chat
 
     session, tokenizer, sampling = _session(args)
     draft = draft_session(args.pte, session, args.draft, args.speculative, args.runtime, args.tokenizer)
     chat = Chat(session, tokenizer, sampling, args.max_new_tokens, system=args.system, draft=draft,
-                num_draft_tokens=args.num_draft_tokens, processor=_processor(args, session.program))
+                num_draft_tokens=args.num_draft_tokens, processor=processor_for(session.program, _folder(args)))
     if args.prompt_cache and os.path.exists(args.prompt_cache):
         chat.restore(args.prompt_cache)
         print(f"(continuing {args.prompt_cache}: {len(chat.cached)} tokens held)", file=sys.stderr)
@@ -296,12 +301,3 @@ def _chat(args) -> int:
             chat.save(args.prompt_cache)
 
 
-def _processor(args, program):
-    """A vision-language program's processor (its folder's), or None for a language model."""
-    from etmlx.multimodal.images import IMAGE_METHODS
-
-    if not all(name in program.method_names for name in IMAGE_METHODS):
-        return None
-    from transformers import AutoProcessor
-
-    return AutoProcessor.from_pretrained(args.tokenizer or os.path.dirname(os.path.abspath(args.pte)))

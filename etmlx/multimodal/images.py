@@ -63,6 +63,21 @@ def read_image(path):
         raise GenerationError(f"{path}: not an image Pillow can decode ({error})") from None
 
 
+def processor_for(program, folder):
+    """The processor saved in ``folder`` beside a vision-language ``program`` (transformers'
+    ``AutoProcessor``), or None for a program that takes no images."""
+    if not all(name in program.method_names for name in IMAGE_METHODS):
+        return None
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(folder)
+
+
+def first_placeholder(ids: list, image_token: int) -> int:
+    """The position of the first image placeholder in ``ids`` (their length if none)."""
+    return ids.index(image_token) if image_token in ids else len(ids)
+
+
 def check_takes_images(program, path) -> None:
     missing = [name for name in IMAGE_METHODS if name not in program.method_names]
     if missing:

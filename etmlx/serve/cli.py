@@ -59,7 +59,7 @@ def _serve(args) -> int:
         draft = lambda target: draft_session(args.pte, target, args.draft, args.speculative,  # noqa: E731
                                              args.runtime, tokenizer_folder)
     engine = Engine(lambda: load(args.pte, runtime=args.runtime), tokenizer, name, args.max_tokens,
-                    args.prompt_cache_mib << 20, args.temperature, draft, args.num_draft_tokens)
+                    args.prompt_cache_mib << 20, args.temperature, draft, args.num_draft_tokens, tokenizer_folder)
     _note_half_precision_on_the_cpu(args.pte)
     listener = socket.create_server((args.host, args.port))
     host, port = listener.getsockname()[:2]

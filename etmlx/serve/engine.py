@@ -52,16 +52,29 @@ class Job:
     constraint: object
     emit: object  # called from the worker thread with each Piece, then Finished or Failed
     cancelled: threading.Event = field(default_factory=threading.Event)
+    pixel_values: object = None  # the request's images (or tiles), as ``PromptImages`` takes them
+    image_token: int | None = None
+
+    @property
+    def reusable(self) -> int:
+        """How much of ``ids`` a cache that held them may serve: up to the first image's
+        placeholders, which look alike whatever image they stand for."""
+        if self.pixel_values is None:
+            return len(self.ids)
+        from etmlx.multimodal.images import first_placeholder
+
+        return first_placeholder(self.ids, self.image_token)
 
 
 class Engine:
     """``load()`` returns the program (``etmlx.load``'s); it is called on the worker, as
     ``draft_of(session)`` is, which returns the draft's ``Session`` for speculative
     decoding (``etmlx.llm.speculative``) of requests that need no grammar and no logprobs:
-    another program's, or one over the target's own (``etmlx.llm.draft``)."""
+    another program's, or one over the target's own (``etmlx.llm.draft``). ``folder``: where
+    a vision-language program's processor lies, for chat messages with image parts."""
 
     def __init__(self, load, tokenizer, name: str, max_tokens: int = 512, saved_bytes: int = 512 << 20,
-                 temperature: float = 0.0, draft_of=None, num_draft_tokens: int = 4):
+                 temperature: float = 0.0, draft_of=None, num_draft_tokens: int = 4, folder=None):
         self.tokenizer, self.name, self.max_tokens, self.temperature = tokenizer, name, max_tokens, temperature
         self.saved_bytes, self.num_draft_tokens = saved_bytes, num_draft_tokens
         self.draft, self.draft_held = None, []
@@ -70,7 +83,7 @@ class Engine:
         self.grammar_tokens = None
         self.counts = {"requests": 0, "generated_tokens": 0}  # what /health reports
         self.jobs, loaded = queue.Queue(), queue.Queue()
-        threading.Thread(target=self._work, args=(load, draft_of, loaded), name="etmlx-serve-engine",
+        threading.Thread(target=self._work, args=(load, draft_of, folder, loaded), name="etmlx-serve-engine",
                          daemon=True).start()
         failure = loaded.get()
         if failure is not None:
@@ -83,6 +96,8 @@ class Engine:
 
     def prepare(self, request: Request, emit) -> Job:
         """The request's job; a RequestError where it cannot be served."""
+        if request.images:
+            return self._image_job(request, emit)
         if request.chat:
             if not getattr(self.tokenizer, "chat_template", None):
                 raise RequestError("this model's tokenizer has no chat template: use /v1/completions", "messages")
@@ -96,13 +111,36 @@ class Engine:
             ids = list(request.prompt)
             if max(ids) >= self.vocab:
                 raise RequestError(f"prompt: token id {max(ids)} is past the vocabulary of {self.vocab}", "prompt")
+        self._check_length(ids, "messages" if request.chat else "prompt")
+        return Job(request, ids, self._constraint(request), emit)
+
+    def _image_job(self, request: Request, emit) -> Job:
+        """A chat request with images: the processor's prompt (its template, each image's
+        placeholders) and pixel values."""
+        from etmlx.multimodal.images import conversation_prompt
+
+        if self.processor is None:
+            raise RequestError("this model takes no images: serve a vision-language export (LLaVA, Idefics3, "
+                               "SmolVLM, Gemma 3)", "messages")
+        if request.tools:
+            raise RequestError("tools with image parts: this server templates tools for text conversations only",
+                               "tools")
+        try:
+            ids, pixel_values = conversation_prompt(self.processor, request.messages, request.images)
+        except GenerationError as error:
+            raise RequestError(str(error), "messages") from None
+        except Exception as error:  # noqa: BLE001 (a processor raises what it likes; the messages are the cause)
+            raise RequestError(f"the processor refused these messages: {error}", "messages") from None
+        self._check_length(ids, "messages")
+        return Job(request, ids, self._constraint(request), emit, pixel_values=pixel_values,
+                   image_token=self.image_token)
+
+    def _check_length(self, ids: list, param: str) -> None:
         if not ids:
             raise RequestError("the prompt holds no tokens", "prompt")
         if len(ids) >= self.context:
             raise RequestError(f"the prompt holds {len(ids)} tokens; this model's context is {self.context} "
-                               "(export with a larger --max-context)", "messages" if request.chat else "prompt",
-                               "context_length_exceeded")
-        return Job(request, ids, self._constraint(request), emit)
+                               "(export with a larger --max-context)", param, "context_length_exceeded")
 
     def submit(self, job: Job) -> None:
         self.jobs.put(job)
@@ -119,10 +157,14 @@ class Engine:
         except grammar.GrammarError as error:
             raise RequestError(str(error), "tool_choice" if request.forced_tools else "response_format") from None
 
-    def _work(self, load, draft_of, loaded: queue.Queue) -> None:
+    def _work(self, load, draft_of, folder, loaded: queue.Queue) -> None:
+        from etmlx.multimodal.images import processor_for
+
         try:
             self.session = Session(load())
             self.saved = SavedPrompts(self.session, self.saved_bytes)
+            self.processor = processor_for(self.session.program, folder) if folder else None
+            self.image_token = self.processor and int(self.session.program.run_method("image_token_id", [])[0])
             if draft_of is not None:
                 self.draft = draft_of(self.session)
                 check_pair(self.session, self.draft, self.num_draft_tokens)
@@ -151,12 +193,17 @@ class Engine:
         self.session.position = 0
 
     def _run(self, job: Job) -> Finished:
+        from etmlx.multimodal.images import PromptImages
+
         request, ids = job.request, job.ids
-        self._reuse(ids)
+        self._reuse(ids[:job.reusable])
+        self.held = self.held[:job.reusable]
+        images = job.pixel_values is not None
+        self.session.images = PromptImages(self.session.program, job.pixel_values, ids) if images else None
         stats, generated = Stats(), []
         max_tokens = min(request.max_tokens or self.max_tokens, self.context - len(ids))
         held = tool_calls.Held() if request.parses_tool_calls else None
-        drafting = self.draft is not None and job.constraint is None and not request.logprobs
+        drafting = self.draft is not None and job.constraint is None and not request.logprobs and not images
         if drafting:
             steps = speculative_decode(self.session, self.draft, ids, max_tokens, request.sampling,
                                        self.num_draft_tokens, stats, held=(self.held, self.draft_held))
@@ -182,6 +229,8 @@ class Engine:
             if text or entries:
                 job.emit(Piece(text, entries))
         self.held = (ids + [step.token for step in generated])[: self.session.position]
+        if images:  # placeholders look alike whatever image they stand for: never served again
+            self.held = self.held[:job.reusable]
         if drafting:
             self.draft_held = (ids + [step.token for step in generated])[: self.draft.position]
             self.counts["draft_proposed"] += stats.draft_proposed

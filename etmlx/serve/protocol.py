@@ -48,6 +48,7 @@ class Request:
     parallel_tool_calls: bool = True
     response_format: dict | None = None
     echo: bool = False
+    images: list = field(default_factory=list)  # the messages' image parts, decoded (PIL), in order
 
     @property
     def parses_tool_calls(self) -> bool:
@@ -66,7 +67,8 @@ class Request:
 
 def chat_request(body, model: str, default_temperature: float) -> Request:
     fields = _Fields(body, model)
-    request = Request(chat=True, messages=_messages(fields.get("messages", list, required=True)))
+    images = []
+    request = Request(chat=True, messages=_messages(fields.get("messages", list, required=True), images), images=images)
     _common(fields, request, default_temperature)
     request.logprobs = fields.get("logprobs", bool, default=False)
     request.top_logprobs = fields.integer("top_logprobs", 0, 20, default=0)
@@ -198,9 +200,11 @@ def _range(low, high) -> str:
     return f"[{'-inf' if low is None else low}, {'inf' if high is None else high}]"
 
 
-def _messages(messages: list) -> list:
+def _messages(messages: list, images: list) -> list:
     """The messages as a chat template reads them: text parts joined, a tool call's
-    arguments as the object they encode."""
+    arguments as the object they encode. A message with image parts keeps its parts as a
+    processor's template reads them (``{"type": "image"}`` and text), each image decoded
+    onto ``images``."""
     if not messages:
         raise RequestError("messages is empty", "messages")
     checked = []
@@ -210,25 +214,55 @@ def _messages(messages: list) -> list:
             raise RequestError(f"{where}: expected an object with a role ({', '.join(ROLES)})", where)
         content, calls = message.get("content"), message.get("tool_calls")
         if isinstance(content, list):
-            content = _text_parts(content, where)
+            content = _content_parts(content, where, images)
         if content is None and message["role"] == "assistant" and calls:
             content = ""
-        if not isinstance(content, str):
-            raise RequestError(f"{where}: a {message['role']} message needs content (a string or text parts)",
+        if not isinstance(content, (str, list)):
+            raise RequestError(f"{where}: a {message['role']} message needs content (a string or content parts)",
                                f"{where}.content")
         checked.append({**message, "content": content, **({"tool_calls": _template_calls(calls, where)} if calls else {})})
     return checked
 
 
-def _text_parts(parts: list, where: str) -> str:
-    texts = []
-    for part in parts:
-        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-            kind = part.get("type") if isinstance(part, dict) else None
-            raise RequestError(f"{where}: content part of type {kind!r}: this model reads text parts only",
+def _content_parts(parts: list, where: str, images: list):
+    """Text parts as one string; with image parts, the parts in order."""
+    read = []
+    for index, part in enumerate(parts):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            read.append({"type": "text", "text": part["text"]})
+        elif kind == "image_url":
+            images.append(_image(part.get("image_url"), f"{where}.content[{index}]"))
+            read.append({"type": "image"})
+        else:
+            raise RequestError(f"{where}: content part of type {kind!r}: expected text or image_url parts",
                                f"{where}.content")
-        texts.append(part["text"])
-    return "".join(texts)
+    if all(part["type"] == "text" for part in read):
+        return "".join(part["text"] for part in read)
+    return read
+
+
+def _image(image_url, where: str):
+    """An ``image_url`` part's image (RGB, Pillow): a ``data:`` URL of base64 bytes, as
+    OpenAI's clients send a local image; the server fetches nothing."""
+    import base64
+    import binascii
+    import io
+
+    from PIL import Image, UnidentifiedImageError
+
+    url = image_url.get("url") if isinstance(image_url, dict) else None
+    if not isinstance(url, str) or not url.startswith("data:"):
+        raise RequestError(f"{where}: expected an image_url whose url is a data: URL of base64 image bytes (this "
+                           "server fetches nothing)", where)
+    header, _, data = url.partition(",")
+    try:
+        if not header.endswith(";base64"):
+            raise ValueError("not base64")
+        with Image.open(io.BytesIO(base64.b64decode(data, validate=True))) as image:
+            return image.convert("RGB")
+    except (binascii.Error, ValueError, UnidentifiedImageError, OSError) as error:
+        raise RequestError(f"{where}: the data: URL holds no image Pillow can decode ({error})", where) from None
 
 
 def _template_calls(calls, where: str) -> list:

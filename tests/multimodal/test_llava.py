@@ -127,6 +127,31 @@ def test_a_conversation_with_two_images_follows_eager(llava, tmp_path):
     assert chat.fed_from > 0 and len(chat.encoded) == 2  # the last turn fed past the cached first ones
 
 
+def test_serve_answers_messages_with_image_parts(llava, tmp_path):
+    """``etmlx serve`` on the file: a chat message of an OpenAI ``image_url`` part (a data:
+    URL) and text gives eager's text for that turn; the same prompt with another image
+    (its placeholders the same tokens) gives that image's, not a cache of the first."""
+    from pathlib import Path
+
+    from servers import image_part, post, serving
+
+    _, pte, _, model, processor = llava
+    eos = model.generation_config.eos_token_id
+    with serving(Path(pte)) as url:
+        for seed in (1, 2):
+            image = vision_language.write_image(tmp_path / f"image{seed}.png", seed=seed)
+            content = [image_part(rgb(image)), {"type": "text", "text": "what is it?"}]
+            status, reply = post(url, {"model": "tiny", "messages": [{"role": "user", "content": content}],
+                                       "max_tokens": 10, "temperature": 0})
+            tokens = eager(model, processor, "what is it?", image)
+            tokens = tokens[:tokens.index(eos)] if eos in tokens else tokens
+            assert status == 200, reply
+            assert reply["choices"][0]["message"]["content"] == processor.tokenizer.decode(tokens)
+        broken = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+        status, reply = post(url, {"model": "tiny", "messages": [{"role": "user", "content": [broken]}]})
+        assert status == 400 and "no image Pillow can decode" in reply["error"]["message"]
+
+
 def test_generate_with_an_image_prints_the_text(llava, tmp_path):
     _, pte, _, model, processor = llava
     image = vision_language.write_image(tmp_path / "photo.jpg", seed=3)

@@ -7,17 +7,16 @@ import json
 import random
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import pytest
+from PIL import Image
 
 import etmlx
 from etmlx.cli import main
 from etmlx.llm import generation
 from etmlx.llm.chat import Chat, template_ids
 from examples import llm
-from servers import health, serving
+from servers import health, image_part, post, serving
 
 CONTEXT = 1024
 TOOLS_TEMPLATE = (
@@ -60,16 +59,6 @@ def client(served):
 def local(served):
     """The same .pte loaded in this process, for what the server should answer."""
     return generation.Session(etmlx.load(served[1]))
-
-
-def _post(url: str, body, route: str = "/chat/completions") -> tuple:
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    request = urllib.request.Request(url + route, data, {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=120) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
 
 
 def test_models_and_health(served, client):
@@ -164,7 +153,7 @@ def test_a_client_that_leaves_cancels_its_generation(served):
 
     url = served[0]
     body = {"model": "tiny", "prompt": "hello", "max_tokens": 400}
-    whole = _post(url, body, "/completions")[1]["usage"]["completion_tokens"]
+    whole = post(url, body, "/completions")[1]["usage"]["completion_tokens"]
     assert whole > 60  # what the request costs when its client stays
     before = health(url)["generated_tokens"]
     body["stream"] = True
@@ -177,7 +166,7 @@ def test_a_client_that_leaves_cancels_its_generation(served):
     for _ in range(100):
         state = health(url)
         if state["queued"] == 0:
-            status, _ = _post(url, {"model": "tiny", "prompt": "x", "max_tokens": 1}, "/completions")
+            status, _ = post(url, {"model": "tiny", "prompt": "x", "max_tokens": 1}, "/completions")
             break
         time.sleep(0.1)
     assert status == 200 and health(url)["generated_tokens"] - before < whole // 2, (whole, health(url), before)
@@ -274,16 +263,18 @@ def _accepts(schema: dict, value) -> bool:
     ({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "tools": [WEATHER],
       "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "/chat/completions", 400, "not among the tools"),
     ({"model": "tiny", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
-     "/chat/completions", 400, "text parts only"),
+     "/chat/completions", 400, "a data: URL of base64 image bytes"),
+    ({"model": "tiny", "messages": [{"role": "user", "content": [image_part(Image.new("RGB", (4, 4)))]}]},
+     "/chat/completions", 400, "this model takes no images"),
     ({"model": "tiny", "prompt": "x", "logit_bias": {"5": 10}}, "/completions", 400,
      "logit_bias is not supported by this server"),
     ({}, "/embeddings", 404, "no route /v1/embeddings"),
 ])
 def test_a_bad_request_is_one_openai_shaped_error(served, body, route, status, message):
-    got, reply = _post(served[0], body, route)
+    got, reply = post(served[0], body, route)
     assert got == status and message in reply["error"]["message"], reply
     assert set(reply["error"]) == {"message", "type", "param", "code"}
-    assert _post(served[0], {"model": "tiny", "prompt": "x", "max_tokens": 1}, "/completions")[0] == 200
+    assert post(served[0], {"model": "tiny", "prompt": "x", "max_tokens": 1}, "/completions")[0] == 200
 
 
 def test_random_json_never_breaks_the_server(served):
@@ -316,7 +307,7 @@ def test_random_json_never_breaks_the_server(served):
         route = "/chat/completions" if chat else "/completions"
         if body.get("stream") is True:
             body["stream"] = False
-        status, reply = _post(served[0], body, route)
+        status, reply = post(served[0], body, route)
         assert status in (200, 400), (body, reply)
         assert status == 200 or set(reply["error"]) == {"message", "type", "param", "code"}
         answered.append(status)
