@@ -5,10 +5,11 @@ import torch
 
 
 def eager(model, processor, prompt: str, image=None, new_tokens: int = 10) -> list:
-    """transformers' greedy tokens after a user turn [image, prompt] (EOS not stopping it)."""
-    content = ([{"type": "image"}] if image else []) + [{"type": "text", "text": prompt}]
+    """transformers' greedy tokens after a user turn [image (or a list of images), prompt]
+    (EOS not stopping it)."""
+    images = [rgb(path) for path in (image if isinstance(image, list) else [image] if image else [])] or None
+    content = [{"type": "image"}] * len(images or []) + [{"type": "text", "text": prompt}]
     text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
-    images = [rgb(image)] if image else None
     inputs = processor(images=images, text=text, return_tensors="pt", add_special_tokens=False)
     with torch.no_grad():
         out = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False, eos_token_id=[], pad_token_id=0)

@@ -54,8 +54,9 @@ def add_commands(commands) -> None:
         command.add_argument("pte", help="a .pte from export-llm")
         if name == "generate":
             command.add_argument("--prompt", required=True)
-            command.add_argument("--image", help="an image the prompt is about (a .pte of a vision-language model): "
-                                 "one user turn [image, prompt] in the processor's chat template")
+            command.add_argument("--image", action="append", help="an image the prompt is about (a .pte of a "
+                                 "vision-language model; repeatable): one user turn [images, prompt] in the "
+                                 "processor's chat template")
             command.add_argument("--stop", action="append", default=[], help="a string that ends the text (repeatable)")
         else:
             command.add_argument("--system", help="a system message to start the conversation with")
@@ -194,12 +195,12 @@ def _generate(args) -> int:
 
     if args.image and (args.draft or args.speculative):
         raise GenerationError("--draft or --speculative with --image: speculative decoding takes text prompts only")
-    image = _read_image(args.image) if args.image else None  # before the program loads: a bad file fails at once
+    images = [_read_image(path) for path in args.image or []]  # before the program loads: a bad file fails at once
     session, tokenizer, sampling = _session(args)
     draft = draft_session(args.pte, session, args.draft, args.speculative, args.runtime, args.tokenizer)
     stats = Stats()
-    if image is not None:
-        pieces = _image_turn(args, image, session, tokenizer, sampling, stats)
+    if images:
+        pieces = _image_turn(args, images, session, tokenizer, sampling, stats)
     elif draft is not None:
         from .speculative import speculative_decode
 
@@ -226,12 +227,12 @@ def _read_image(path):
     return read_image(path)
 
 
-def _image_turn(args, image, session, tokenizer, sampling, stats):
-    """The text after one user turn [``image``, ``args.prompt``], as it is made."""
+def _image_turn(args, images, session, tokenizer, sampling, stats):
+    """The text after one user turn [``images``, ``args.prompt``], as it is made."""
     from etmlx.multimodal.images import PromptImages, image_prompt
     from .generation import generate_tokens, stream_text
 
-    ids, pixel_values = image_prompt(_folder(args), args.prompt, image)
+    ids, pixel_values = image_prompt(_folder(args), args.prompt, images)
     session.images = PromptImages(session.program, pixel_values, ids)
     tokens = generate_tokens(session, ids, args.max_new_tokens, sampling, stats)
     return stream_text(tokenizer, tokens, tuple(args.stop), stats, session.eos_ids)

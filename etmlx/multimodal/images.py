@@ -12,15 +12,16 @@ from etmlx.llm.generation import GenerationError
 IMAGE_METHODS = ("vision_encoder", "token_embedding", "text_decoder", "image_token_id")
 
 
-def image_prompt(folder, prompt: str, image) -> tuple:
-    """``(ids, pixel_values)`` of one user turn [``image`` (a PIL image, or its path),
-    ``prompt``] with the generation prompt, by the processor saved in ``folder`` (its chat
-    template and image preprocessing)."""
+def image_prompt(folder, prompt: str, images) -> tuple:
+    """``(ids, pixel_values)`` of one user turn [``images`` (a PIL image or its path, or a
+    list of them), ``prompt``] with the generation prompt, by the processor saved in
+    ``folder`` (its chat template and image preprocessing)."""
     from transformers import AutoProcessor
 
-    image = read_image(image) if isinstance(image, (str, os.PathLike)) else image
-    turn = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
-    return conversation_prompt(AutoProcessor.from_pretrained(folder), turn, [image])
+    images = images if isinstance(images, (list, tuple)) else [images]
+    images = [read_image(image) if isinstance(image, (str, os.PathLike)) else image for image in images]
+    turn = [{"role": "user", "content": [{"type": "image"}] * len(images) + [{"type": "text", "text": prompt}]}]
+    return conversation_prompt(AutoProcessor.from_pretrained(folder), turn, images)
 
 
 def conversation_prompt(processor, messages: list, images: list) -> tuple:

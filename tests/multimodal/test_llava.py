@@ -152,14 +152,16 @@ def test_serve_answers_messages_with_image_parts(llava, tmp_path):
         assert status == 400 and "no image Pillow can decode" in reply["error"]["message"]
 
 
-def test_generate_with_an_image_prints_the_text(llava, tmp_path):
+def test_generate_with_two_images_prints_the_text(llava, tmp_path):
+    """``--image`` twice: one user turn [both images, prompt]."""
     _, pte, _, model, processor = llava
-    image = vision_language.write_image(tmp_path / "photo.jpg", seed=3)
-    done = subprocess.run([sys.executable, "-m", "etmlx.cli", "generate", pte, "--image", image, "--prompt", "describe",
-                           "--max-new-tokens", str(NEW_TOKENS), "--runtime", "executorch"],
-                          capture_output=True, text=True, timeout=300)
+    images = [vision_language.write_image(tmp_path / "photo.jpg", seed=3),
+              vision_language.write_image(tmp_path / "photo.png", seed=4, size=(30, 70))]
+    done = subprocess.run([sys.executable, "-m", "etmlx.cli", "generate", pte, "--image", images[0], "--image",
+                           images[1], "--prompt", "describe", "--max-new-tokens", str(NEW_TOKENS), "--runtime",
+                           "executorch"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    tokens, eos = eager(model, processor, "describe", image), model.generation_config.eos_token_id
+    tokens, eos = eager(model, processor, "describe", images), model.generation_config.eos_token_id
     tokens = tokens[:tokens.index(eos)] if eos in tokens else tokens  # generate stops at EOS
     assert done.stdout.rstrip("\n") == processor.tokenizer.decode(tokens, skip_special_tokens=True)
 
