@@ -164,7 +164,8 @@ class Engine:
             self.session = Session(load())
             self.saved = SavedPrompts(self.session, self.saved_bytes)
             self.processor = processor_for(self.session.program, folder) if folder else None
-            self.image_token = self.processor and int(self.session.program.run_method("image_token_id", [])[0])
+            self.image_token = None if self.processor is None else int(
+                self.session.program.run_method("image_token_id", [])[0])
             if draft_of is not None:
                 self.draft = draft_of(self.session)
                 check_pair(self.session, self.draft, self.num_draft_tokens)
