@@ -70,7 +70,9 @@ class Chat:
         if image is not None and self.draft is not None:
             raise GenerationError("an image with --draft: speculative decoding takes text conversations only")
         if image is not None and self.processor is None:
-            raise GenerationError("this program takes no images: export a vision-language checkpoint (LLaVA)")
+            from etmlx.multimodal.images import NEEDS_IMAGE_METHODS
+
+            raise GenerationError(f"this program {NEEDS_IMAGE_METHODS}")
         content = text if image is None else [{"type": "image"}, {"type": "text", "text": text}]
         self.messages.append({"role": "user", "content": content})
         self.images += [image] if image is not None else []

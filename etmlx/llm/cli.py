@@ -15,7 +15,8 @@ from etmlx.serializer.constants import QUANTIZED_CACHE_BITS
 def add_commands(commands) -> None:
     export = commands.add_parser("export-llm", help="export a Hugging Face causal LM folder or a GGUF file to a .pte "
                                  "(ExecuTorch's LLM-runner convention; the tokenizer is copied beside it); also a "
-                                 "Whisper folder (etmlx transcribe) or a LLaVA folder (generate --image)")
+                                 "Whisper folder (etmlx transcribe) or a vision-language one: LLaVA, Idefics3, SmolVLM, Gemma 3 "
+                                 "(generate --image)")
     export.add_argument("model", help="a checkpoint folder (config.json, safetensors, tokenizer files), a Hugging "
                         "Face Hub id (org/name), found in the Hub's cache or downloaded into it, or a .gguf file "
                         "(its quantized weights kept: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K where exact)")

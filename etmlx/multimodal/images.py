@@ -10,6 +10,9 @@ import os
 from etmlx.llm.generation import GenerationError
 
 IMAGE_METHODS = ("vision_encoder", "token_embedding", "text_decoder", "image_token_id")
+# What a program that takes no images is told to export instead (``export.MODEL_TYPES``)
+NEEDS_IMAGE_METHODS = ("takes no images: export a vision-language checkpoint (LLaVA, Idefics3, SmolVLM, Gemma 3) "
+                       "with etmlx export-llm")
 
 
 def image_prompt(folder, prompt: str, images) -> tuple:
@@ -82,8 +85,7 @@ def first_placeholder(ids: list, image_token: int) -> int:
 def check_takes_images(program, path) -> None:
     missing = [name for name in IMAGE_METHODS if name not in program.method_names]
     if missing:
-        raise GenerationError(f"{path} takes no images (it lacks {', '.join(missing)}): export a vision-language "
-                              "checkpoint (LLaVA, Idefics3, SmolVLM) with etmlx export-llm")
+        raise GenerationError(f"{path} {NEEDS_IMAGE_METHODS} (it lacks {', '.join(missing)})")
 
 
 class PromptImages:
@@ -140,7 +142,6 @@ class PromptImages:
         rows = self._rows(session.position, len(tokens))
         embeddings[0, [slot for slot, _ in rows]] = self.features[[row for _, row in rows]].to(embeddings.dtype)
         return session.run_at_next_positions("text_decoder", embeddings, len(tokens))
-
 
 
 def runner_inputs(ids: list, pixel_values, image_token_id: int) -> list:

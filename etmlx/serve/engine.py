@@ -117,11 +117,10 @@ class Engine:
     def _image_job(self, request: Request, emit) -> Job:
         """A chat request with images: the processor's prompt (its template, each image's
         placeholders) and pixel values."""
-        from etmlx.multimodal.images import conversation_prompt
+        from etmlx.multimodal.images import NEEDS_IMAGE_METHODS, conversation_prompt
 
         if self.processor is None:
-            raise RequestError("this model takes no images: serve a vision-language export (LLaVA, Idefics3, "
-                               "SmolVLM, Gemma 3)", "messages")
+            raise RequestError(f"this model {NEEDS_IMAGE_METHODS}", "messages")
         if request.tools:
             raise RequestError("tools with image parts: this server templates tools for text conversations only",
                                "tools")

@@ -200,6 +200,8 @@ def test_multihead_attention_keeps_the_projection_it_reads_itself_float(scheme, 
     model, x = AttentionPool().eval(), torch.randn(1, 5, 64)
     result = etmlx.export(model, (x,), tmp_path / "pool.pte", quantize=scheme, group_size=32)
     assert result.quantized == ("up",) and result.report.fully_delegated
+    (delegate,) = inspect_program(result.path)["methods"]["forward"]["delegates"]
+    assert delegate["nodes"].count("QuantizedMatmul") == 1 and "Sdpa" in delegate["nodes"]
     reference, _ = quantized_copy(model, scheme, 32)
     with torch.no_grad():
         assert_close(runtimes.load(result.path).forward(x), reference(x))

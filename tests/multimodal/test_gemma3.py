@@ -10,6 +10,7 @@ import torch
 
 import etmlx
 import runtimes
+from etmlx.inspection import inspect_program
 from etmlx.llm.generation import Session
 from etmlx.multimodal.images import PromptImages, image_prompt
 from examples import vision_language
@@ -39,6 +40,12 @@ def test_images_attend_both_ways_within_each(gemma3):
     second and third then share a call."""
     pte, result, model, processor, image = gemma3
     assert result.report.fully_delegated
+    methods = inspect_program(pte)["methods"]
+    (decoder,), (forward,) = methods["text_decoder"]["delegates"], methods["forward"]["delegates"]
+    # the blocks are numbered (CumSum) and ORed into both layers' masks in MLX, each
+    # attention still the fused kernel; forward, on tokens only, has no block
+    assert decoder["nodes"].count("CumSum") == 1 and decoder["nodes"].count("Sdpa") == 2
+    assert {"BitwiseOr", "CumSum"} <= set(decoder["nodes"]) and not {"BitwiseOr", "CumSum"} & set(forward["nodes"])
     ids, pixel_values = image_prompt(os.path.dirname(pte), PROMPT, image)
     start = ids[:15]  # a turn's start: its image at 9 to 12, then 24 to 27 and 39 to 42
     tokens, pixels = start + start + ids, torch.cat([torch.as_tensor(pixel_values)] * 3)

@@ -63,6 +63,7 @@ def test_a_siglip_tower_at_int4_gives_the_quantized_model_s_tokens(tmp_path):
     tower, projector and Llama quantized alike at export and in eager (``quantized_copy``)."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
+    from etmlx.inspection import inspect_program
     from etmlx.quant.weights import quantized_copy
 
     folder = vision_language.tiny_llava_checkpoint(tmp_path / "siglip", image_size=32, patch=8, tower="siglip")
@@ -71,6 +72,9 @@ def test_a_siglip_tower_at_int4_gives_the_quantized_model_s_tokens(tmp_path):
     reference, names = quantized_copy(AutoModelForImageTextToText.from_pretrained(folder).eval(), "int4", 32)
     assert result.quantized == tuple(names) and "model.vision_tower.head.attention.out_proj" not in names
     assert any(name.startswith("model.vision_tower.encoder") for name in names)
+    (encoder,) = inspect_program(pte)["methods"]["vision_encoder"]["delegates"]
+    # the first layer's q, k, v, out, fc1, fc2 (the features are read before the last layer), the projector's two
+    assert encoder["nodes"].count("QuantizedMatmul") == 6 + 2
     image = vision_language.write_image(tmp_path / "image.png")
     expected = eager(reference, AutoProcessor.from_pretrained(folder), "what?", image)
     for runtime in etmlx.RUNTIMES:
