@@ -421,7 +421,9 @@ def stream_text(tokenizer, tokens, stop: tuple = (), stats: Stats | None = None,
     ``stop`` string; a stop string ends the text and is not yielded."""
     ids, shown = [], ""
     for token in tokens:
-        if token in eos:
+        if token in eos:  # the tokens' generator, left waiting at its yield, does not say so itself
+            if stats is not None:
+                stats.stop_reason = "eos"
             break
         ids.append(token)
         text = tokenizer.decode(ids, skip_special_tokens=True)

@@ -34,3 +34,13 @@ def test_a_stop_string_ends_the_text_unshown(byte_tokenizer):
     stats = Stats()
     pieces = list(stream_text(byte_tokenizer, iter(byte_tokenizer.encode(TEXT)), stop=("€ a",), stats=stats))
     assert "".join(pieces) == "a é, then " and stats.stop_reason == "stop string"
+
+
+def test_an_eos_token_ends_the_text_and_is_the_stop_reason(byte_tokenizer):
+    """The generator of tokens is left waiting at the EOS it yielded, so ``stream_text``
+    says why the text ended (before: the stats said max_new_tokens)."""
+    stats, ids = Stats(), byte_tokenizer.encode(TEXT)
+    eos = next(token for token in range(len(byte_tokenizer)) if token not in ids)
+    stats.stop_reason = "max_new_tokens"
+    pieces = list(stream_text(byte_tokenizer, iter(ids[:2] + [eos] + ids[2:]), stats=stats, eos=(eos,)))
+    assert "".join(pieces) == TEXT[:2] and stats.stop_reason == "eos"
