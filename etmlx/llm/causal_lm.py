@@ -52,15 +52,22 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
     ``embeddings`` adds ``text_decoder`` (``windowed_cache.EmbeddedCausalLM``): the call on
     input embeddings, over the same cache (``etmlx.multimodal``); ``embeddings="marked"``,
     on embeddings whose last channel marks image rows, whose tokens see their whole image
-    (``windowed_cache.MarkedEmbeddedCausalLM``: Gemma 3). ``buffer_prefix``: the
+    (``windowed_cache.MarkedEmbeddedCausalLM``: Gemma 3); ``embeddings="positioned"``, on
+    embeddings whose last four channels place each row in multimodal RoPE
+    (``windowed_cache.PositionedEmbeddedCausalLM``: Qwen2.5-VL). ``buffer_prefix``: the
     caches' names start with it (``draft.cached.key_cache_0``), so that another model's
     methods in the same file keep caches of their own (``etmlx.llm.draft``)."""
     import torch
     from torch.export import Dim
 
     from .attention_probe import probe
-    from .windowed_cache import (EmbeddedCausalLM, MarkedEmbeddedCausalLM, Prefixed, SampledCausalLM,
-                                 VerifyingCausalLM, WindowedCausalLM, attends_through_window, windowed_attention)
+    from .windowed_cache import (EmbeddedCausalLM, MarkedEmbeddedCausalLM, PositionedEmbeddedCausalLM, Prefixed,
+                                 SampledCausalLM, VerifyingCausalLM, WindowedCausalLM, attends_through_window,
+                                 windowed_attention)
+
+    # text_decoder's class, and the channels its rows carry past the embedding
+    decoders = {True: (EmbeddedCausalLM, 0), "marked": (MarkedEmbeddedCausalLM, 1),
+                "positioned": (PositionedEmbeddedCausalLM, 4)}
 
     refuse_recurrent_layers(model.config)
     if not isinstance(window_step, int) or window_step < 1:
@@ -85,11 +92,10 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
         traced["verify"] = (VerifyingCausalLM(model, max_context_len, window_step, max_seq_len, **cache), inputs,
                             ({1: seq}, {0: seq}))
     if embeddings:
-        marked = embeddings == "marked"
-        hidden = model.get_input_embeddings().embedding_dim + marked
+        decoder_class, channels = decoders[embeddings]
+        hidden = model.get_input_embeddings().embedding_dim + channels
         embedded = (torch.zeros(1, length, hidden, dtype=model.get_input_embeddings().weight.dtype), inputs[1])
-        decoder = (MarkedEmbeddedCausalLM if marked else EmbeddedCausalLM)(model, max_context_len, window_step,
-                                                                          max_seq_len, **cache)
+        decoder = decoder_class(model, max_context_len, window_step, max_seq_len, **cache)
         traced["text_decoder"] = (decoder, embedded, ({1: seq}, {0: seq}))
     if buffer_prefix is not None:
         traced = {name: (Prefixed(buffer_prefix, wrapper), arguments, (shapes,))  # its forward(*arguments)

@@ -57,6 +57,11 @@ class WindowedCausalLM(torch.nn.Module):
             self.cached.register_buffer(f"cumulative_length_{i}", layer.cumulative_length, persistent=False)
         if self.rings:  # where the last call ended
             self.register_buffer("ring_end", torch.zeros((), dtype=torch.long), persistent=False)
+        # Multimodal RoPE (Qwen2.5-VL): entry s is the RoPE position the row written to
+        # cache slot s starts from (``_mrope_positions``); images make it run apart from s
+        self.mrope = "mrope_section" in (getattr(model.config.get_text_config(), "rope_parameters", None) or {})
+        if self.mrope:
+            self.register_buffer("next_position", torch.zeros(self.capacity + 1, dtype=torch.long), persistent=False)
         self.quantized = quantize_layers(self.cached, self.cached.static_cache, kv_bits, kv_group_size,
                                          skip=self.rings.layers + self.recurrent)
         for name in [name for name, buffer in self.cached._buffers.items() if buffer is not None and not buffer.numel()]:
@@ -72,17 +77,19 @@ class WindowedCausalLM(torch.nn.Module):
     def forward(self, tokens, cache_position):
         return self.call({"input_ids": tokens}, tokens.shape[1], cache_position)
 
-    def call(self, model_inputs: dict, length, cache_position, blocks=None):
+    def call(self, model_inputs: dict, length, cache_position, blocks=None, placement=None):
         """The model on ``model_inputs`` (its ids, or its embeddings) of ``length`` positions;
         ``blocks``: each position's image block, whose tokens attend to each other both ways
-        (-1: a token; ``MarkedEmbeddedCausalLM``)."""
+        (-1: a token; ``MarkedEmbeddedCausalLM``); ``placement``: each row's RoPE offsets
+        and advance, for a model of multimodal RoPE (``PositionedEmbeddedCausalLM``;
+        None: tokens, one position each)."""
         held = self.bindings.bind()  # the layers' tensors: the buffers being traced
         try:
-            return self._call(model_inputs, length, cache_position, blocks)
+            return self._call(model_inputs, length, cache_position, blocks, placement)
         finally:
             self.bindings.unbind(held)
 
-    def _call(self, model_inputs: dict, length, cache_position, blocks):
+    def _call(self, model_inputs: dict, length, cache_position, blocks, placement):
         # Bound-checked by the runtimes: every position written must lie in the cache, and
         # then inside the window (% keeps the window's size in range for the first check
         # to name a position that is not; twice, as ExecuTorch's C++ scalar mod keeps the
@@ -98,6 +105,8 @@ class WindowedCausalLM(torch.nn.Module):
         last_only = {"logits_to_keep": 1} if "logits_to_keep" in parameters and self.last_only else {}
         # the call's positions, to a model that would number every call's tokens from 0
         positions = {"position_ids": written[None]} if self.numbers_calls_from_zero else {}
+        if self.mrope:
+            positions = {"position_ids": self._mrope_positions(written, placement)}
         try:
             continues = start_call(self.cached.static_cache, self.recurrent, start, self.scanned)
             if self.rings:
@@ -119,6 +128,20 @@ class WindowedCausalLM(torch.nn.Module):
         # float32 whatever the model's dtype: numpy callers (etmlx's Session) would get
         # bfloat16 logits as their 16-bit patterns, and the LLM runners sample float32
         return (outputs.logits[:, -1, :] if self.last_only else outputs.logits).float()
+
+    def _mrope_positions(self, written, placement):
+        """``position_ids [3, 1, n]`` (time, height, width) of a call writing the cache
+        slots ``written``: a row starts where the rows before it ended (``next_position``
+        at the first slot, then the positions each advances), plus its own offsets; each
+        slot's end is kept, so a call at any earlier slot (a rewind) starts right too.
+        ``placement [n, 4]``: offsets and advance; None, tokens (no offset, one each)."""
+        if placement is None:
+            offsets, advance = torch.zeros_like(written)[None].expand(3, -1), torch.ones_like(written)
+        else:
+            offsets, advance = placement[:, :3].T, placement[:, 3]
+        ends = torch.index_select(self.next_position, 0, written[:1]) + torch.cumsum(advance, 0)
+        self.next_position.index_copy_(0, written + 1, ends)
+        return ((ends - advance)[None] + offsets)[:, None, :]
 
     last_only = True
 
@@ -157,6 +180,20 @@ class MarkedEmbeddedCausalLM(WindowedCausalLM):
         # an image's rows share the count of token rows up to them, and the next image's differs
         blocks = torch.where(image, torch.cumsum((~image).long(), 0), -1)
         return self.call({"inputs_embeds": embeddings}, marked.shape[1], cache_position, blocks)
+
+
+class PositionedEmbeddedCausalLM(WindowedCausalLM):
+    """``text_decoder(placed [1, n, hidden + 4], cache_position) -> logits [1, vocab]``:
+    ``EmbeddedCausalLM`` for a model of multimodal RoPE (Qwen2.5-VL), whose image rows
+    take positions in time, height and width. The last four channels place each row (the
+    image methods write them; ``etmlx.multimodal.grid_encoder``): its offsets from where
+    it starts, and the positions it advances (a token's embedding: 0, 0, 0, 1), so the call
+    positions its rows though it takes no third input: ExecuTorch's MultimodalRunner
+    passes two."""
+
+    def forward(self, placed, cache_position):
+        embeddings, placement = placed[..., :-4], placed[0, :, -4:].long()
+        return self.call({"inputs_embeds": embeddings}, placed.shape[1], cache_position, placement=placement)
 
 
 class SampledCausalLM(WindowedCausalLM):
