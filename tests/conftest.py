@@ -26,7 +26,7 @@ LONGEST_FIRST = (  # longest first, from make test's --durations
     "models/test_kv_cache_growth.py", "models/test_causal_lm_families.py", "lowering/test_attention.py",
     "lowering/test_convolution.py", "models/test_sliding_window.py", "generation/test_llm_apps.py",
     "models/test_hf_models.py", "lowering/test_shape.py", "speech/test_whisper.py", "multimodal/test_llava.py",
-    "multimodal/test_idefics3.py", "multimodal/test_gemma3.py", "serve/test_server.py", "lowering/test_elementwise.py",
+    "multimodal/test_idefics3.py", "multimodal/test_gemma3.py", "multimodal/test_qwen2_5_vl.py", "serve/test_server.py", "lowering/test_elementwise.py",
     "models/test_mixture_of_experts.py", "export/test_pass_shortcuts.py", "loading/test_mapped_load.py",
     "lowering/test_fusions.py", "models/test_windowed_attention.py", "models/test_quantized_kv_cache.py",
     "lowering/test_quantized.py", "runtime_shim/test_limits.py", "lowering/test_indexing.py",

@@ -15,8 +15,8 @@ from etmlx.serializer.constants import QUANTIZED_CACHE_BITS
 def add_commands(commands) -> None:
     export = commands.add_parser("export-llm", help="export a Hugging Face causal LM folder or a GGUF file to a .pte "
                                  "(ExecuTorch's LLM-runner convention; the tokenizer is copied beside it); also a "
-                                 "Whisper folder (etmlx transcribe) or a vision-language one: LLaVA, Idefics3, SmolVLM, Gemma 3 "
-                                 "(generate --image)")
+                                 "Whisper folder (etmlx transcribe) or a vision-language one: LLaVA, Idefics3, "
+                                 "SmolVLM, Gemma 3, Qwen2.5-VL (generate --image)")
     export.add_argument("model", help="a checkpoint folder (config.json, safetensors, tokenizer files), a Hugging "
                         "Face Hub id (org/name), found in the Hub's cache or downloaded into it, or a .gguf file "
                         "(its quantized weights kept: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K where exact)")
@@ -45,6 +45,8 @@ def add_commands(commands) -> None:
     drafts.add_argument("--draft-layers", type=_positive, metavar="N", help="also write a draft of the model's own "
                         "first N layers and head (its weights stored once), for generate and chat --speculative; "
                         "implies --verify")
+    export.add_argument("--image-size", type=_image_size, metavar="SIDE|HxW", help="the size every image is resized "
+                        "to, in pixels, for a Qwen2.5-VL export (default: 448x448 within its processor's bounds)")
     export.set_defaults(handler=_export_llm)
 
     for name, helps in (("generate", "generate text from a prompt"), ("chat", "a conversation on stdin, "
@@ -122,6 +124,14 @@ def _positive(text: str) -> int:
     return int(text)
 
 
+def _image_size(text: str):
+    """``448`` -> 448, ``448x672`` -> (448, 672)."""
+    sides = text.lower().split("x")
+    if len(sides) > 2 or not all(side.isdigit() and int(side) > 0 for side in sides):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a side or HEIGHTxWIDTH in pixels, such as 448 or 448x672")
+    return int(sides[0]) if len(sides) == 1 else (int(sides[0]), int(sides[1]))
+
+
 def _progress(stage: str, seconds: float) -> None:
     print(f"{stage}: {seconds:.1f} s", file=sys.stderr, flush=True)
 
@@ -143,7 +153,7 @@ def _export_llm(args) -> int:
                             quantize=args.quantize, group_size=args.group_size, dtype=args.dtype,
                             sample_on_device=args.sample_on_device, kv_bits=args.kv_bits,
                             kv_group_size=args.kv_group_size, verify=args.verify, draft=args.draft,
-                            draft_layers=args.draft_layers, progress=_progress)
+                            draft_layers=args.draft_layers, image_size=args.image_size, progress=_progress)
     print(f"wrote {result.path} ({result.size_bytes} bytes); {result.report.summary()}")
     if args.quantize:
         print(f"quantized to {args.quantize}: {len(result.quantized)} layer(s)")

@@ -24,7 +24,7 @@ CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
 
 def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, quantize=None, group_size=64,
                dtype=None, sample_on_device: bool = False, kv_bits=None, kv_group_size: int = 64,
-               verify: bool = False, draft=None, draft_layers=None, progress=None):
+               verify: bool = False, draft=None, draft_layers=None, image_size=None, progress=None):
     """Exports the causal LM in ``model_dir`` (a checkpoint folder, a Hugging Face Hub id,
     ``checkpoint_folder``, or a ``.gguf`` file, its quantized weights kept as they are:
     ``gguf_model``) to ``output``; returns the ExportResult, whose ``quantized`` names
@@ -43,7 +43,8 @@ def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, q
     ``draft`` (a checkpoint folder of the same tokenizer) or ``draft_layers`` (N: the
     model's own first N layers and head): a draft written into the same file, for
     speculative decoding from one file (``etmlx.llm.draft``; implies ``verify``).
-    ``progress(stage, seconds)`` is told of each stage as it ends.
+    ``image_size`` (one side, or (height, width), in pixels): the one size of the images a
+    Qwen2.5-VL export takes (``etmlx.multimodal.fixed_grid``). ``progress(stage, seconds)`` is told of each stage as it ends.
 
     On Linux with glibc, exporting a GGUF file changes the process's mmap threshold
     (``allocator``): 4 MiB while it exports, 32 MiB after."""
@@ -54,15 +55,19 @@ def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, q
     folder = None if gguf_model.is_gguf(model_dir) else checkpoint_folder(model_dir)
     speech, vision = folder and speech_export.is_whisper(folder), folder and multimodal_export.is_image_text(folder)
     if speech or vision:
-        for option, value in {"sample_on_device": sample_on_device, "kv_bits": kv_bits, "verify": verify,
-                              "draft": draft, "draft_layers": draft_layers}.items():
+        language_options = {"sample_on_device": sample_on_device, "kv_bits": kv_bits, "verify": verify,
+                            "draft": draft, "draft_layers": draft_layers}
+        for option, value in {**language_options, **({"image_size": image_size} if speech else {})}.items():
             if value:
                 raise ExportError(f"{option}: a language model's option, which {folder}'s "
                                   f"{'Whisper' if speech else 'vision-language'} model does not take")
         common = dict(max_context=max_context, quantize=quantize, group_size=group_size, dtype=dtype, progress=progress)
         if speech:
             return speech_export.export_whisper(folder, output, **common)
-        return multimodal_export.export_image_text(folder, output, max_seq_len=max_seq_len, **common)
+        return multimodal_export.export_image_text(folder, output, max_seq_len=max_seq_len, image_size=image_size,
+                                                   **common)
+    if image_size is not None:
+        raise ExportError("image_size: a vision-language model's option, which a language model does not take")
     if draft is not None and draft_layers is not None:
         raise ExportError("draft and draft_layers: a draft is another checkpoint or the model's own first layers, "
                           "not both")

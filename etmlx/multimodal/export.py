@@ -1,10 +1,12 @@
 """``etmlx export-llm`` of an image-text-to-text checkpoint (LLaVA: a vision tower, a
 projector and a causal LM; Idefics3 and SmolVLM: a vision model over the tiles their
-processor splits an image into, a connector and a causal LM) to one ``.pte`` in
+processor splits an image into, a connector and a causal LM; Gemma 3; Qwen2.5-VL, of
+positions in three dimensions) to one ``.pte`` in
 ExecuTorch's multimodal convention:
 
 - ``vision_encoder(pixel_values [1, 3, H, W]) -> image features [1, n, hidden]`` of one
-  image or tile (``image_program.VisionEncoder``);
+  image or tile (``image_program.VisionEncoder``; Qwen2.5-VL: ``grid_encoder``, at the
+  one image size the export fixes, which it records in the copied preprocessor config);
 - ``token_embedding(tokens [1, n]) -> embeddings [1, n, hidden]``;
 - ``text_decoder(embeddings, cache_position) -> logits [1, vocab]``;
 - ``forward(tokens, cache_position)`` and the LLM runner's constant methods
@@ -25,12 +27,14 @@ from etmlx.errors import ExportError
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 # The model types whose image features and attention etmlx's methods reproduce (tested
 # against eager). Others export without an error but would compute other numbers
-# (LLaVA-NeXT's tiles are unpadded per image; Qwen2.5-VL numbers its positions in three
-# dimensions), so they are refused by name.
-MODEL_TYPES = ("llava", "idefics3", "smolvlm", "gemma3")
-# Those whose image tokens attend to every token of their image, later ones too: their
-# embeddings carry a channel marking image rows (``MarkedEmbeddedCausalLM``).
-WHOLE_IMAGE_ATTENTION = ("gemma3",)
+# (LLaVA-NeXT's tiles are unpadded per image; Qwen2-VL and Qwen3-VL encode images
+# otherwise), so they are refused by name.
+MODEL_TYPES = ("llava", "idefics3", "smolvlm", "gemma3", "qwen2_5_vl")
+# The kind of text_decoder a model type takes (``etmlx.llm.causal_lm.export_methods``'
+# ``embeddings``): Gemma 3's image tokens attend to every token of their image, so its rows
+# carry a channel marking an image's (``MarkedEmbeddedCausalLM``); Qwen2.5-VL's rows carry
+# their place in its three-dimensional RoPE (``PositionedEmbeddedCausalLM``).
+EMBEDDINGS = {"gemma3": "marked", "qwen2_5_vl": "positioned"}
 
 
 def is_image_text(model_dir) -> bool:
@@ -44,16 +48,18 @@ def is_image_text(model_dir) -> bool:
 
 
 def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int = 128, quantize=None, group_size=64,
-                      dtype=None, progress=None):
+                      dtype=None, progress=None, image_size=None):
     """Exports the image-text-to-text model in ``model_dir`` to ``output``; the options as
-    ``etmlx.llm.export.export_llm`` takes them. Returns the ExportResult."""
+    ``etmlx.llm.export.export_llm`` takes them. ``image_size``: (height, width) or one side
+    of the images a Qwen2.5-VL export takes (default: ``fixed_grid.image_size``'s). Returns
+    the ExportResult."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from etmlx.exporter import export_methods
     from etmlx.llm import causal_lm
     from etmlx.llm.checkpoint_files import copy_tokenizer, load_checkpoint, load_processor
 
-    from . import image_program
+    from . import fixed_grid, image_program
 
     report = progress or (lambda stage, seconds: None)
     started = time.perf_counter()
@@ -62,7 +68,17 @@ def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int =
     if model_type not in MODEL_TYPES:
         raise ExportError(f"{model_dir}: a {model_type} vision-language model, which etmlx does not export yet; "
                           f"it exports {', '.join(MODEL_TYPES)} (and causal LMs, Whisper)")
-    processor = load_processor(AutoProcessor, model_dir, "processor (the image preprocessing and chat template)")
+    embeddings = EMBEDDINGS.get(model_type, True)
+    if embeddings == "positioned":
+        config = fixed_grid.preprocessor_config(model_dir)
+        if not config:
+            raise ExportError(f"{model_dir}: no readable preprocessor_config.json (the image processor's settings)")
+        image_size = fixed_grid.image_size(config, image_size)
+    elif image_size is not None:
+        raise ExportError(f"image size {image_size}: a {model_type} export takes the image size its processor makes")
+    else:
+        processor = load_processor(AutoProcessor, model_dir, "processor (the image preprocessing and chat template)")
+        image_size = _image_size(processor)
     model = load_checkpoint(AutoModelForImageTextToText, model_dir, dtype, "an image-text-to-text model")
     report("load", time.perf_counter() - started)
     quantized = ()
@@ -74,15 +90,14 @@ def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int =
     text = text_model(model)
     capacity = max_context or min(getattr(text.config, "max_position_embeddings", None) or 2048, 2048)
     causal_lm.with_static_cache(text, capacity)
-    image_size = _image_size(processor)
+    encoder = image_program.vision_encoder(model, image_size, embeddings)
     # ExecuTorch's MultimodalRunner prefills an image's embeddings in one call
-    per_image = image_program.tokens_per_image(model, image_size)
+    per_image = image_program.tokens_per_image(encoder, image_size)
     longest = min(max(max_seq_len, per_image), capacity)
-    marked = model_type in WHOLE_IMAGE_ATTENTION
-    if marked:
+    if embeddings == "marked":
         _refuse_images_past_the_window(text.config, per_image)
-    methods = causal_lm.export_methods(text, longest, capacity, embeddings="marked" if marked else True)
-    methods.update(image_program.export_methods(model, text, image_size, longest, marked))
+    methods = causal_lm.export_methods(text, longest, capacity, embeddings=embeddings)
+    methods.update(image_program.export_methods(encoder, text, image_size, longest, embeddings))
     methods["image_token_id"] = int(model.config.image_token_id)
     report("trace", time.perf_counter() - started)
     started = time.perf_counter()
@@ -90,8 +105,10 @@ def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int =
     result = export_methods(methods, output)
     result.quantized = tuple(quantized)
     report("lower and write", time.perf_counter() - started)
-    result.tokenizer_files = copy_tokenizer(model_dir, os.path.dirname(os.path.abspath(output)),
-                                            extra=PROCESSOR_FILES)
+    destination = os.path.dirname(os.path.abspath(output))
+    result.tokenizer_files = copy_tokenizer(model_dir, destination, extra=PROCESSOR_FILES)
+    if embeddings == "positioned":
+        fixed_grid.write_image_size(destination, image_size)
     return result
 
 
@@ -99,10 +116,13 @@ def text_model(model):
     """The causal LM inside ``model``: its language model and head, no copy (built on the
     meta device, then given the checkpoint's modules)."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, Qwen2ForCausalLM
 
+    config = model.config.get_text_config()
     with torch.device("meta"):
-        text = AutoModelForCausalLM.from_config(model.config.get_text_config())
+        # Qwen2.5-VL's text model has no causal-LM class of its own: Qwen2's head over it
+        text = Qwen2ForCausalLM(config) if config.model_type == "qwen2_5_vl_text" else \
+            AutoModelForCausalLM.from_config(config)
     text.model, text.lm_head = model.model.get_decoder(), model.lm_head
     text.generation_config = model.generation_config
     return text.eval()

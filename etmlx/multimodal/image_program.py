@@ -4,13 +4,19 @@ token embedding, as modules over a Hugging Face image-text-to-text model's own p
 import torch
 from torch.export import Dim
 
+# The channels ``token_embedding`` appends to a token's embedding, by the kind of
+# ``text_decoder`` (``etmlx.llm.causal_lm.export_methods``' ``embeddings``): a mark of 0
+# (not an image's row), or a placement in multimodal RoPE (no offset, one position).
+TOKEN_CHANNELS = {True: (), "marked": (0.0,), "positioned": (0.0, 0.0, 0.0, 1.0)}
+
 
 class VisionEncoder(torch.nn.Module):
     """``pixel_values [1, 3, H, W] -> features [1, n, hidden]`` of one image: LLaVA's
     ``get_image_features`` (the checkpoint's vision layer and feature selection, then its
     projector); or of one tile of an image that the processor split into tiles (Idefics3,
     SmolVLM: every tile full, so ``get_image_features``' patch mask is all ones and its
-    search for padding tiles finds none): the vision model, then the connector."""
+    search for padding tiles finds none): the vision model, then the connector.
+    ``marked``: each row with a channel of 1 (an image's row)."""
 
     def __init__(self, model, marked: bool = False):
         super().__init__()
@@ -23,43 +29,56 @@ class VisionEncoder(torch.nn.Module):
             features = self.model.connector(self.model.vision_model(pixel_values=pixel_values).last_hidden_state)
         else:
             features = torch.cat(list(self.model.get_image_features(pixel_values=pixel_values).pooler_output))[None]
-        return _marked(features, 1) if self.marked else features
+        return _with_channels(features, (1.0,)) if self.marked else features
 
 
 class TokenEmbedding(torch.nn.Module):
-    """``tokens [1, n] -> embeddings [1, n, hidden]``."""
+    """``tokens [1, n] -> embeddings [1, n, hidden + len(channels)]``: each row followed
+    by ``channels``."""
 
-    def __init__(self, embeddings, marked: bool = False):
+    def __init__(self, embeddings, channels: tuple = ()):
         super().__init__()
         self.embeddings = embeddings
-        self.marked = marked
+        self.channels = channels
 
     def forward(self, tokens):
-        embedded = self.embeddings(tokens)
-        return _marked(embedded, 0) if self.marked else embedded
+        return _with_channels(self.embeddings(tokens), self.channels)
 
 
-def _marked(rows, mark: int):
-    """``rows [1, n, hidden]`` and a channel of ``mark``: 1 for an image's rows, 0 for a
-    token's (``etmlx.llm.windowed_cache.MarkedEmbeddedCausalLM`` reads it)."""
-    return torch.cat([rows, torch.full((*rows.shape[:-1], 1), mark, dtype=rows.dtype)], -1)
+def _with_channels(rows, values: tuple):
+    """``rows [1, n, hidden]`` and a channel of each of ``values``
+    (``etmlx.llm.windowed_cache``'s embedded decoders read them)."""
+    if not values:
+        return rows
+    return torch.cat([rows, torch.tensor(values, dtype=rows.dtype).expand(*rows.shape[:-1], len(values))], -1)
 
 
-def tokens_per_image(model, image_size: tuple) -> int:
+def vision_encoder(model, image_size: tuple, embeddings=True):
+    """The ``vision_encoder`` module of ``model`` at ``image_size`` for a ``text_decoder``
+    of ``embeddings``' kind."""
+    if embeddings == "positioned":
+        from .grid_encoder import GridVisionEncoder
+
+        return GridVisionEncoder(model, image_size).eval()
+    return VisionEncoder(model, marked=embeddings == "marked").eval()
+
+
+def tokens_per_image(encoder, image_size: tuple) -> int:
     """How many feature rows (placeholder tokens) one image (or tile) of ``image_size`` makes."""
     with torch.no_grad():
-        return VisionEncoder(model)(torch.zeros(1, 3, *image_size)).shape[1]
+        return encoder(torch.zeros(1, 3, *image_size)).shape[1]
 
 
-def export_methods(model, text, image_size: tuple, max_seq_len: int, marked: bool = False) -> dict:
-    """``{"vision_encoder": ..., "token_embedding": ...}``: ExportedPrograms of ``model``'s
-    vision part at ``image_size`` (height, width) and of ``text``'s input embeddings
-    (1 to ``max_seq_len`` tokens); ``marked``: each row with a channel marking an image's."""
+def export_methods(encoder, text, image_size: tuple, max_seq_len: int, embeddings=True) -> dict:
+    """``{"vision_encoder": ..., "token_embedding": ...}``: ExportedPrograms of ``encoder``
+    (``vision_encoder``) at ``image_size`` (height, width) and of ``text``'s input
+    embeddings (1 to ``max_seq_len`` tokens), each row followed by the channels a
+    ``text_decoder`` of ``embeddings``' kind reads (``TOKEN_CHANNELS``)."""
     seq = Dim("seq", min=1, max=max_seq_len) if max_seq_len > 1 else None
     tokens = torch.zeros(1, min(2, max_seq_len), dtype=torch.long)
+    embedding = TokenEmbedding(text.get_input_embeddings(), TOKEN_CHANNELS[embeddings]).eval()
     with torch.no_grad():
         return {
-            "vision_encoder": torch.export.export(VisionEncoder(model, marked).eval(), (torch.zeros(1, 3, *image_size),)),
-            "token_embedding": torch.export.export(TokenEmbedding(text.get_input_embeddings(), marked).eval(), (tokens,),
-                                                   dynamic_shapes=({1: seq},) if seq else None),
+            "vision_encoder": torch.export.export(encoder, (torch.zeros(1, 3, *image_size),)),
+            "token_embedding": torch.export.export(embedding, (tokens,), dynamic_shapes=({1: seq},) if seq else None),
         }

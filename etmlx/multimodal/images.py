@@ -11,20 +11,18 @@ from etmlx.llm.generation import GenerationError
 
 IMAGE_METHODS = ("vision_encoder", "token_embedding", "text_decoder", "image_token_id")
 # What a program that takes no images is told to export instead (``export.MODEL_TYPES``)
-NEEDS_IMAGE_METHODS = ("takes no images: export a vision-language checkpoint (LLaVA, Idefics3, SmolVLM, Gemma 3) "
-                       "with etmlx export-llm")
+NEEDS_IMAGE_METHODS = ("takes no images: export a vision-language checkpoint (LLaVA, Idefics3, SmolVLM, Gemma 3, "
+                       "Qwen2.5-VL) with etmlx export-llm")
 
 
 def image_prompt(folder, prompt: str, images) -> tuple:
     """``(ids, pixel_values)`` of one user turn [``images`` (a PIL image or its path, or a
     list of them), ``prompt``] with the generation prompt, by the processor saved in
     ``folder`` (its chat template and image preprocessing)."""
-    from transformers import AutoProcessor
-
     images = images if isinstance(images, (list, tuple)) else [images]
     images = [read_image(image) if isinstance(image, (str, os.PathLike)) else image for image in images]
     turn = [{"role": "user", "content": [{"type": "image"}] * len(images) + [{"type": "text", "text": prompt}]}]
-    return conversation_prompt(AutoProcessor.from_pretrained(folder), turn, images)
+    return conversation_prompt(load_processor(folder), turn, images)
 
 
 def conversation_prompt(processor, messages: list, images: list) -> tuple:
@@ -39,9 +37,10 @@ def conversation_prompt(processor, messages: list, images: list) -> tuple:
 def image_rows(inputs):
     """A processor's ``pixel_values`` as ``vision_encoder`` takes them, one image (LLaVA)
     or one tile (Idefics3 and SmolVLM split each image into tiles: ``[1, tiles, 3, H, W]``)
-    a row, in the order of their placeholders. A tile the processor padded (its
+    a row, in the order of their placeholders (Qwen2.5-VL's patches: the ``pixel_rows``
+    ``fixed_grid.FixedGridProcessor`` adds). A tile the processor padded (its
     ``pixel_attention_mask``) is refused: the exported encoder computes full tiles only."""
-    pixels = inputs["pixel_values"]
+    pixels = inputs["pixel_rows"] if "pixel_rows" in inputs else inputs["pixel_values"]
     pixels = pixels.reshape(-1, *pixels.shape[-3:])
     mask = inputs.get("pixel_attention_mask")
     if mask is not None:
@@ -68,10 +67,21 @@ def read_image(path):
 
 
 def processor_for(program, folder):
-    """The processor saved in ``folder`` beside a vision-language ``program`` (transformers'
-    ``AutoProcessor``), or None for a program that takes no images."""
+    """The processor saved in ``folder`` beside a vision-language ``program``
+    (``load_processor``), or None for a program that takes no images."""
     if not all(name in program.method_names for name in IMAGE_METHODS):
         return None
+    return load_processor(folder)
+
+
+def load_processor(folder):
+    """The processor saved in ``folder`` beside a vision-language export: transformers'
+    ``AutoProcessor``, or for Qwen2.5-VL ``fixed_grid.FixedGridProcessor`` (its images
+    resized to the export's one size)."""
+    from . import fixed_grid
+
+    if fixed_grid.is_fixed_grid(folder):
+        return fixed_grid.FixedGridProcessor(folder)
     from transformers import AutoProcessor
 
     return AutoProcessor.from_pretrained(folder)
