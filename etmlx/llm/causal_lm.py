@@ -72,7 +72,8 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
     refuse_recurrent_layers(model.config)
     if not isinstance(window_step, int) or window_step < 1:
         raise ExportError(f"window_step={window_step!r}: expected a number of cache slots, 1 or more")
-    cache = dict(kv_bits=kv_bits, kv_group_size=kv_group_size)
+    # every method over the cache numbers positions alike: in three dimensions for rows that carry theirs
+    cache = dict(kv_bits=kv_bits, kv_group_size=kv_group_size, mrope=embeddings == "positioned")
     module = WindowedCausalLM(model, max_context_len, window_step, max_seq_len, **cache)
     capacity = module.capacity
     if not isinstance(max_seq_len, int) or not 1 <= max_seq_len <= capacity:

@@ -32,10 +32,11 @@ class WindowedCausalLM(torch.nn.Module):
     last position: ExecuTorch's LLM-runner convention. The cache buffers are transformers' own
     (``TorchExportableModuleWithStaticCache``), so they carry the same names as in its
     export; ``kv_bits``: its full-attention layers' caches quantized to that many bits in
-    groups of ``kv_group_size`` (``etmlx.llm.quantized_cache``)."""
+    groups of ``kv_group_size`` (``etmlx.llm.quantized_cache``); ``mrope``: positions in
+    three dimensions, kept in ``next_position`` (``PositionedEmbeddedCausalLM``)."""
 
     def __init__(self, model, max_cache_len=None, window_step: int = 256, max_seq_len: int = 128,
-                 kv_bits=None, kv_group_size: int = 64):
+                 kv_bits=None, kv_group_size: int = 64, mrope: bool = False):
         super().__init__()
         with recurrent_static_layers():
             self.cached = TorchExportableModuleWithStaticCache(model, max_cache_len=max_cache_len)
@@ -59,8 +60,10 @@ class WindowedCausalLM(torch.nn.Module):
             self.register_buffer("ring_end", torch.zeros((), dtype=torch.long), persistent=False)
         # Multimodal RoPE (Qwen2.5-VL): entry s is the RoPE position the row written to
         # cache slot s starts from (``_mrope_positions``); images make it run apart from s
-        self.mrope = "mrope_section" in (getattr(model.config.get_text_config(), "rope_parameters", None) or {})
-        if self.mrope:
+        self.mrope = mrope
+        if mrope:
+            if not any(hasattr(module, "mrope_section") for module in model.modules()):
+                raise ExportError(f"{type(model).__name__} numbers its positions in one dimension, not three")
             self.register_buffer("next_position", torch.zeros(self.capacity + 1, dtype=torch.long), persistent=False)
         self.quantized = quantize_layers(self.cached, self.cached.static_cache, kv_bits, kv_group_size,
                                          skip=self.rings.layers + self.recurrent)
