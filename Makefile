@@ -27,8 +27,8 @@ demo: native
 test: native
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto --dist loadfile --ignore=tests/sweep
 
-# The sweeps (tests/sweep): transformers' image families and the hybrid language-model
-# families, each exported and run on both runtimes against eager.
+# The sweeps (tests/sweep): transformers' image families, the hybrid language-model
+# families and more vision-language ones, each exported and run on both runtimes against eager.
 test-vision: native
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n auto tests/sweep
 

@@ -121,37 +121,44 @@ def tiny_gemma3_checkpoint(directory, seed: int = 4, image_size: int = 32, patch
     return _saved(Gemma3ForConditionalGeneration, config, processor, directory, seed, scale, zeros=1.0)
 
 
-def tiny_qwen2_5_vl_checkpoint(directory, seed: int = 0, patch: int = 4, scale: float = 4.0) -> str:
+def tiny_qwen2_5_vl_checkpoint(directory, seed: int = 0, patch: int = 4, scale: float = 4.0,
+                               family: str = "Qwen2_5_VL") -> str:
     """Writes a Qwen2.5-VL folder into ``directory``: a vision transformer of
     ``patch``-pixel patches merged 2 x 2, attending within windows of 4 x 4 patches but in
-    its last layer (all images at most 32 x 32 pixels: 16 merged patches, 16 tokens an image);
-    a Qwen2.5-VL text model whose rotary positions run in three dimensions (multimodal RoPE).
-    The folder holds what a Qwen2.5-VL repository does: the tokenizer, the image
-    processor's config and ``chat_template.json`` (transformers' Qwen2_5_VLProcessor itself
-    also builds a video processor, which needs torchvision). Weights scaled by ``scale``."""
+    its last layer (images of 16 x 16 to 32 x 32 pixels: 32 x 32 is 16 merged patches, 16
+    tokens); a Qwen2.5-VL text model whose rotary positions run in three dimensions
+    (multimodal RoPE). The folder holds what a Qwen2.5-VL repository does: the tokenizer,
+    the image processor's config and ``chat_template.json`` (transformers'
+    Qwen2_5_VLProcessor itself also builds a video processor, which needs torchvision).
+    Weights scaled by ``scale``. ``family="Qwen2VL"``: Qwen2-VL's classes (its vision
+    transformer attends over the whole image)."""
     import json
 
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2VLImageProcessorPil
+    import transformers
+    from transformers import Qwen2VLImageProcessorPil
 
     tokenizer = train_tokenizer(128)
     tokenizer.add_special_tokens({"additional_special_tokens": ["<|vision_start|>", "<|image_pad|>", "<|vision_end|>",
                                                                 "<|video_pad|>"]})
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in ("<|vision_start|>", "<|image_pad|>",
                                                                        "<|vision_end|>", "<|video_pad|>")}
-    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, in_chans=3, out_hidden_size=64,
-                  patch_size=patch, spatial_merge_size=2, temporal_patch_size=2, window_size=4 * patch,
-                  fullatt_block_indexes=[1])
+    vision = dict(depth=2, num_heads=2, patch_size=patch, spatial_merge_size=2, temporal_patch_size=2)
+    if family == "Qwen2VL":
+        vision.update(embed_dim=32, hidden_size=64, mlp_ratio=2)
+    else:
+        vision.update(hidden_size=32, intermediate_size=64, out_hidden_size=64, window_size=4 * patch,
+                      fullatt_block_indexes=[1])
     text = dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, bos_token_id=1,
                 eos_token_id=2, pad_token_id=0, rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]})
-    config = Qwen2_5_VLConfig(vision_config=vision, text_config=text, image_token_id=ids["<|image_pad|>"],
+    config = getattr(transformers, f"{family}Config")(vision_config=vision, text_config=text, image_token_id=ids["<|image_pad|>"],
                               video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
                               vision_end_token_id=ids["<|vision_end|>"])
     images = Qwen2VLImageProcessorPil(size={"shortest_edge": 16 * patch ** 2, "longest_edge": 64 * patch ** 2},
                                       patch_size=patch, merge_size=2, temporal_patch_size=2)
     template = CHAT_TEMPLATE.replace("<image>", "<|vision_start|><|image_pad|><|vision_end|>")
     tokenizer.chat_template = template  # as Qwen2.5-VL's tokenizer_config.json holds it too
-    _saved(Qwen2_5_VLForConditionalGeneration, config, tokenizer, directory, seed, scale)
+    _saved(getattr(transformers, f"{family}ForConditionalGeneration"), config, tokenizer, directory, seed, scale)
     images.save_pretrained(directory)
     with open(os.path.join(directory, "chat_template.json"), "w") as f:
         json.dump({"chat_template": template}, f)

@@ -27,14 +27,14 @@ from etmlx.errors import ExportError
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 # The model types whose image features and attention etmlx's methods reproduce (tested
 # against eager). Others export without an error but would compute other numbers
-# (LLaVA-NeXT's tiles are unpadded per image; Qwen2-VL and Qwen3-VL encode images
-# otherwise), so they are refused by name.
-MODEL_TYPES = ("llava", "idefics3", "smolvlm", "gemma3", "qwen2_5_vl")
+# (LLaVA-NeXT's tiles are unpadded per image; Qwen3-VL's image features also enter
+# early text layers), so they are refused by name.
+MODEL_TYPES = ("llava", "idefics3", "smolvlm", "gemma3", "qwen2_vl", "qwen2_5_vl")
 # The kind of text_decoder a model type takes (``etmlx.llm.causal_lm.export_methods``'
 # ``embeddings``): Gemma 3's image tokens attend to every token of their image, so its rows
-# carry a channel marking an image's (``MarkedEmbeddedCausalLM``); Qwen2.5-VL's rows carry
+# carry a channel marking an image's (``MarkedEmbeddedCausalLM``); Qwen2-VL's and Qwen2.5-VL's rows carry
 # their place in its three-dimensional RoPE (``PositionedEmbeddedCausalLM``).
-EMBEDDINGS = {"gemma3": "marked", "qwen2_5_vl": "positioned"}
+EMBEDDINGS = {"gemma3": "marked", "qwen2_vl": "positioned", "qwen2_5_vl": "positioned"}
 
 
 def is_image_text(model_dir) -> bool:
@@ -120,8 +120,8 @@ def text_model(model):
 
     config = model.config.get_text_config()
     with torch.device("meta"):
-        # Qwen2.5-VL's text model has no causal-LM class of its own: Qwen2's head over it
-        text = Qwen2ForCausalLM(config) if config.model_type == "qwen2_5_vl_text" else \
+        # Qwen2-VL's and Qwen2.5-VL's text models have no causal-LM class of their own: Qwen2's head over it
+        text = Qwen2ForCausalLM(config) if config.model_type in ("qwen2_vl_text", "qwen2_5_vl_text") else \
             AutoModelForCausalLM.from_config(config)
     text.model, text.lm_head = model.model.get_decoder(), model.lm_head
     text.generation_config = model.generation_config

@@ -1,4 +1,4 @@
-"""The vision encoder of a Qwen2.5-VL export (``export``), at one image size.
+"""The vision encoder of a Qwen2.5-VL or Qwen2-VL export (``export``), at one image size.
 
 ``vision_encoder(pixel_values [1, 3, H, W]) -> rows [1, n, hidden + 4]``: the image cut
 into patches as Qwen's processor cuts it (``fixed_grid.FixedGridProcessor`` undoes that
@@ -35,12 +35,15 @@ class GridVisionEncoder(torch.nn.Module):
         height, width = image_size
         self.grid = torch.tensor([[1, height // self.patch, width // self.patch]])
         cu_seqlens, _ = get_vision_attention_seqlens(self.grid, config)
-        window_index, cu_window_seqlens = get_vision_window_index(
-            self.grid, spatial_merge_size=self.merge, window_size=config.window_size, patch_size=self.patch)
-        image, windows = tuple(cu_seqlens.tolist()), tuple(cu_window_seqlens.tolist())
-        self.precomputed = dict(position_ids=get_vision_position_ids(self.grid, self.merge), window_index=window_index,
-                                cu_seqlens=image, max_seqlen=_longest(image),
-                                cu_window_seqlens=windows, max_window_seqlen=_longest(windows))
+        image = tuple(cu_seqlens.tolist())
+        self.precomputed = dict(position_ids=get_vision_position_ids(self.grid, self.merge), cu_seqlens=image,
+                                max_seqlen=_longest(image))
+        if getattr(config, "window_size", None):  # Qwen2.5-VL (Qwen2-VL attends over the whole image)
+            window_index, cu_window_seqlens = get_vision_window_index(
+                self.grid, spatial_merge_size=self.merge, window_size=config.window_size, patch_size=self.patch)
+            windows = tuple(cu_window_seqlens.tolist())
+            self.precomputed.update(window_index=window_index, cu_window_seqlens=windows,
+                                    max_window_seqlen=_longest(windows))
         self.placement = placement(height // self.patch // self.merge, width // self.patch // self.merge)
 
     def forward(self, pixel_values):

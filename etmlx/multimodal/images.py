@@ -12,7 +12,7 @@ from etmlx.llm.generation import GenerationError
 IMAGE_METHODS = ("vision_encoder", "token_embedding", "text_decoder", "image_token_id")
 # What a program that takes no images is told to export instead (``export.MODEL_TYPES``)
 NEEDS_IMAGE_METHODS = ("takes no images: export a vision-language checkpoint (LLaVA, Idefics3, SmolVLM, Gemma 3, "
-                       "Qwen2.5-VL) with etmlx export-llm")
+                       "Qwen2-VL, Qwen2.5-VL) with etmlx export-llm")
 
 
 def image_prompt(folder, prompt: str, images) -> tuple:
