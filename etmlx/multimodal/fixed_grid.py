@@ -14,6 +14,7 @@ import os
 IMAGE_SIZE_KEY = "etmlx_image_size"  # (height, width), in the preprocessor_config.json copied beside the .pte
 IMAGE_PAD = "<|image_pad|>"
 DEFAULT_SIDE = 448  # pixels: 256 tokens an image at Qwen2.5-VL's 14-pixel patches merged 2 x 2
+MIN_PIXELS, MAX_PIXELS = 56 * 56, 28 * 28 * 1280  # Qwen2VLImageProcessor's bounds where its config names none
 
 
 def is_fixed_grid(folder) -> bool:
@@ -30,8 +31,9 @@ def image_size(processor_config: dict, requested=None) -> tuple:
     from etmlx.errors import ExportError
 
     factor = processor_config.get("patch_size", 14) * processor_config.get("merge_size", 2)
-    size = processor_config.get("size") or {}
-    least, most = size.get("shortest_edge", factor * factor), size.get("longest_edge", 1 << 62)
+    size = processor_config.get("size") or {}  # else min_pixels and max_pixels (the Hub's files), else the defaults
+    least = size.get("shortest_edge", processor_config.get("min_pixels", MIN_PIXELS))
+    most = size.get("longest_edge", processor_config.get("max_pixels", MAX_PIXELS))
     if requested is None:
         side = max(factor, min(DEFAULT_SIDE, int(most ** 0.5)) // factor * factor)
         requested = (side, side)
@@ -57,7 +59,7 @@ class FixedGridProcessor:
 
         config = preprocessor_config(folder)
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
-        self.image_processor = Qwen2VLImageProcessorPil(**{k: v for k, v in config.items() if k != IMAGE_SIZE_KEY})
+        self.image_processor = Qwen2VLImageProcessorPil.from_pretrained(folder)
         self.image_size = tuple(image_size or config.get(IMAGE_SIZE_KEY) or ())
         if len(self.image_size) != 2:
             raise ValueError(f"{folder}: its preprocessor_config.json names no {IMAGE_SIZE_KEY}: export the model "

@@ -121,13 +121,23 @@ def test_windows_of_unequal_sizes_match_transformers(qwen):
         assert rows[0, -1, -4:].tolist() == [0, 2, 4, 5]  # the last row: (0, row, column), advancing 5
 
 
-@pytest.mark.parametrize("size, message", [
-    ((30, 32), "each side must be a positive multiple of 8 pixels"),
-    (8, "64 pixels, outside the processor's 256 to 1024"),
+TINY = {"patch_size": 4, "merge_size": 2, "size": {"shortest_edge": 256, "longest_edge": 1024}}
+HUB = {"patch_size": 14, "merge_size": 2, "min_pixels": 3136, "max_pixels": 12845056}  # Qwen2.5-VL's on the Hub
+
+
+@pytest.mark.parametrize("config, size, message", [
+    (TINY, (30, 32), "each side must be a positive multiple of 8 pixels"),
+    (TINY, 8, "64 pixels, outside the processor's 256 to 1024"),
+    (HUB, 28, "784 pixels, outside the processor's 3136 to 12845056"),
 ])
-def test_image_sizes_the_model_cannot_take_are_refused(size, message):
+def test_image_sizes_the_model_cannot_take_are_refused(config, size, message):
     from etmlx.multimodal import fixed_grid
 
     with pytest.raises(etmlx.ExportError, match=message):
-        fixed_grid.image_size({"patch_size": 4, "merge_size": 2,
-                               "size": {"shortest_edge": 256, "longest_edge": 1024}}, size)
+        fixed_grid.image_size(config, size)
+
+
+def test_the_default_size_is_448_within_the_processor_s_bounds():
+    from etmlx.multimodal import fixed_grid
+
+    assert fixed_grid.image_size(HUB) == (448, 448) and fixed_grid.image_size(TINY) == (32, 32)
