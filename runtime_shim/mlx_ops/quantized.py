@@ -16,7 +16,7 @@ from etmlx.serializer.generated.etmlx_ir.QuantMode import QuantMode
 from etmlx.serializer.generated.etmlx_ir.QuantizedPart import QuantizedPart
 from etmlx.serializer.ir import QUANT_MODE_NAMES as MODES
 
-from .matmul import clamped_expert_indices
+from .matmul import clamped_expert_indices, product
 
 
 def _parameters(op) -> dict:
@@ -55,7 +55,7 @@ def _quantized_matmul(op, env):
         if parameters["mode"] == "affine":  # float16 scales of float32 weights (GGUF's): widened first, exactly
             scales, biases = scales.astype(x.dtype), biases.astype(x.dtype)
         dense = mx.dequantize(w, scales, biases, **parameters, dtype=x.dtype)
-        return mx.matmul(x, mx.swapaxes(dense, -1, -2) if op.transpose else dense)
+        return product(x, mx.swapaxes(dense, -1, -2) if op.transpose else dense)
     return mx.quantized_matmul(x, w, scales, biases, transpose=op.transpose, **parameters)
 
 

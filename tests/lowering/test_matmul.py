@@ -36,6 +36,36 @@ def test_an_outer_product_is_its_exact_broadcast_product(dtype, monkeypatch):
     torch.testing.assert_close(program.forward(a, b), a @ b, rtol=0, atol=0, equal_nan=True)
 
 
+@pytest.mark.parametrize("rows", [2, 16])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_precision_products_of_many_rows_are_taken_in_float32_on_the_cpu(dtype, rows, monkeypatch):
+    """MLX's CPU matmul of half-precision operands is a scalar loop (10x BLAS's time at 128
+    rows): from ``CPU_WIDENED_ROWS`` rows of the left operand on, both runtimes multiply
+    in float32 and round back once. A linear layer (Addmm) and a matmul match eager on
+    both runtimes either side of the bound; the Python runtime then hands MLX's products
+    float32 operands only from the bound on (the native runtime takes the same branch)."""
+    import mlx.core as mx
+
+    import etmlx
+    from runtime_shim.mlx_ops.matmul import CPU_WIDENED_ROWS
+
+    assert 2 < CPU_WIDENED_ROWS <= 16
+    linear = torch.nn.Linear(64, 48).to(dtype)
+    x, y = torch.randn(rows, 64, dtype=dtype), torch.randn(64, 24, dtype=dtype)
+    lowered = delegated(lambda x, y: (linear(x), x @ y), (x, y), nodes=["Addmm", "Matmul"])
+    seen = []
+    for name in ("matmul", "addmm"):
+        def recorded(*operands, _product=getattr(mx, name), **options):
+            seen.append({operand.dtype for operand in operands})
+            return _product(*operands, **options)
+
+        monkeypatch.setattr(mx, name, recorded)
+    etmlx.load(lowered.pte).forward(x, y)  # traced afresh, through the recording products
+    half = mx.float16 if dtype == torch.float16 else mx.bfloat16
+    assert len(seen) == 2 and all(dtypes == ({mx.float32} if rows >= CPU_WIDENED_ROWS else {half})
+                                  for dtypes in seen), seen
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
 def test_bmm_and_addmm(dtype):
     a, b = torch.randn(3, 4, 5, dtype=dtype), torch.randn(3, 5, 2, dtype=dtype)

@@ -6,6 +6,7 @@
 #include <mlx/ops.h>
 
 #include "experts.h"
+#include "products.h"
 #include "registry.h"
 
 namespace etmlx::native {
@@ -21,11 +22,18 @@ mx::array matmul(const etmlx_ir::Matmul& op, Env& env) {
   if (a.ndim() >= 2 && b.ndim() >= 2 && a.shape(-1) == 1 && b.shape(-2) == 1) {
     return mx::multiply(a, b);
   }
-  return mx::matmul(a, b);
+  return product(a, b);
 }
 
 mx::array addmm(const etmlx_ir::Addmm& op, Env& env) {
-  return mx::addmm(env.t(op.c()), env.t(op.a()), env.t(op.b()), op.alpha(), op.beta());
+  const mx::array& c = env.t(op.c());
+  const mx::array& a = env.t(op.a());
+  const mx::array& b = env.t(op.b());
+  if (widened_on_cpu(a, b) && c.dtype() == a.dtype()) {
+    const auto wide = [](const mx::array& t) { return mx::astype(t, mx::float32); };
+    return mx::astype(mx::addmm(wide(c), wide(a), wide(b), op.alpha(), op.beta()), a.dtype());
+  }
+  return mx::addmm(c, a, b, op.alpha(), op.beta());
 }
 
 // a[i] @ b[rhs_indices[i]], the indices clamped into b's matrices. MLX's CPU gather_mm

@@ -15,6 +15,7 @@
 
 #include "constants.h"
 #include "experts.h"
+#include "products.h"
 #include "registry.h"
 
 namespace etmlx::native {
@@ -87,7 +88,7 @@ mx::array quantized_matmul(const etmlx_ir::QuantizedMatmul& op, Env& env) {
       bias = mx::astype(*bias, x.dtype());
     }
     const mx::array dense = mx::dequantize(w, scales, bias, group_size, bits, mode, std::nullopt, x.dtype());
-    return mx::matmul(x, op.transpose() ? mx::swapaxes(dense, -1, -2) : dense);
+    return product(x, op.transpose() ? mx::swapaxes(dense, -1, -2) : dense);
   }
   return mx::quantized_matmul(x, w, scales, bias, op.transpose(), group_size, bits, mode);
 }
