@@ -64,8 +64,9 @@ def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, q
         common = dict(max_context=max_context, quantize=quantize, group_size=group_size, dtype=dtype, progress=progress)
         if speech:
             return speech_export.export_whisper(folder, output, **common)
-        return multimodal_export.export_image_text(folder, output, max_seq_len=max_seq_len, image_size=image_size,
-                                                   **common)
+        with deferred.scope():
+            return multimodal_export.export_image_text(folder, output, max_seq_len=max_seq_len, image_size=image_size,
+                                                       **common)
     if image_size is not None:
         raise ExportError("image_size: a vision-language model's option, which a language model does not take")
     if draft is not None and draft_layers is not None:

@@ -49,8 +49,9 @@ def is_image_text(model_dir) -> bool:
 
 def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int = 128, quantize=None, group_size=64,
                       dtype=None, progress=None, image_size=None):
-    """Exports the image-text-to-text model in ``model_dir`` to ``output``; the options as
-    ``etmlx.llm.export.export_llm`` takes them. ``image_size``: (height, width) or one side
+    """Exports the image-text-to-text model in ``model_dir`` to ``output`` (inside
+    ``lowering.deferred.scope()``: quantized weights are computed as they are packed);
+    the options as ``etmlx.llm.export.export_llm`` takes them. ``image_size``: (height, width) or one side
     of the images a Qwen2.5-VL export takes (default: ``fixed_grid.image_size``'s). Returns
     the ExportResult."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
@@ -81,21 +82,21 @@ def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int =
         image_size = _image_size(processor)
     model = load_checkpoint(AutoModelForImageTextToText, model_dir, dtype, "an image-text-to-text model")
     report("load", time.perf_counter() - started)
-    quantized = ()
-    if quantize is not None:
-        from etmlx.quant.weights import quantize as quantize_weights
-
-        model, quantized = quantize_weights(model, quantize, group_size)
     started = time.perf_counter()
     text = text_model(model)
     capacity = max_context or min(getattr(text.config, "max_position_embeddings", None) or 2048, 2048)
     causal_lm.with_static_cache(text, capacity)
     encoder = image_program.vision_encoder(model, image_size, embeddings)
     # ExecuTorch's MultimodalRunner prefills an image's embeddings in one call
-    per_image = image_program.tokens_per_image(encoder, image_size)
+    per_image = image_program.tokens_per_image(encoder, image_size)  # (before the weights are deferred)
     longest = min(max(max_seq_len, per_image), capacity)
     if embeddings == "marked":
         _refuse_images_past_the_window(text.config, per_image)
+    quantized = ()
+    if quantize is not None:  # in place: text and encoder hold the model's own modules
+        from etmlx.quant.weights import quantize as quantize_weights
+
+        model, quantized = quantize_weights(model, quantize, group_size, deferred=True)
     methods = causal_lm.export_methods(text, longest, capacity, embeddings=embeddings)
     methods.update(image_program.export_methods(encoder, text, image_size, longest, embeddings))
     methods["image_token_id"] = int(model.config.image_token_id)

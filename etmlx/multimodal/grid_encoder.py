@@ -45,6 +45,7 @@ class GridVisionEncoder(torch.nn.Module):
             self.precomputed.update(window_index=window_index, cu_window_seqlens=windows,
                                     max_window_seqlen=_longest(windows))
         self.placement = placement(height // self.patch // self.merge, width // self.patch // self.merge)
+        self.rows = len(self.placement)  # an image's tokens
 
     def forward(self, pixel_values):
         with attention_implementation(self.visual, ATTENTION):

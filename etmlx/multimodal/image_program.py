@@ -64,7 +64,10 @@ def vision_encoder(model, image_size: tuple, embeddings=True):
 
 
 def tokens_per_image(encoder, image_size: tuple) -> int:
-    """How many feature rows (placeholder tokens) one image (or tile) of ``image_size`` makes."""
+    """How many feature rows (placeholder tokens) one image (or tile) of ``image_size``
+    makes: an encoder's ``rows`` where it knows them, else the count it computes."""
+    if getattr(encoder, "rows", None):
+        return encoder.rows
     with torch.no_grad():
         return encoder(torch.zeros(1, 3, *image_size)).shape[1]
 
