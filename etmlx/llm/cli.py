@@ -198,7 +198,7 @@ def _note_half_precision_on_the_cpu(path) -> None:
     half = buffer_dtypes(path) & {"bfloat16", "float16"}  # its caches' (the logits are float32)
     if half:
         print(f"note: this program computes in {half.pop()}, which MLX's CPU kernels run several times slower than "
-              "float32 (quantized weights up to 35x): for the CPU, export with --dtype float32", file=sys.stderr)
+              "float32: for the CPU, export with --dtype float32", file=sys.stderr)
 
 
 def _generate(args) -> int:
