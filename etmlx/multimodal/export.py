@@ -1,11 +1,11 @@
 """``etmlx export-llm`` of an image-text-to-text checkpoint (LLaVA: a vision tower, a
 projector and a causal LM; Idefics3 and SmolVLM: a vision model over the tiles their
-processor splits an image into, a connector and a causal LM; Gemma 3; Qwen2.5-VL, of
-positions in three dimensions) to one ``.pte`` in
+processor splits an image into, a connector and a causal LM; Gemma 3; Qwen2-VL and
+Qwen2.5-VL, of positions in three dimensions) to one ``.pte`` in
 ExecuTorch's multimodal convention:
 
 - ``vision_encoder(pixel_values [1, 3, H, W]) -> image features [1, n, hidden]`` of one
-  image or tile (``image_program.VisionEncoder``; Qwen2.5-VL: ``grid_encoder``, at the
+  image or tile (``image_program.VisionEncoder``; Qwen: ``grid_encoder``, at the
   one image size the export fixes, which it records in the copied preprocessor config);
 - ``token_embedding(tokens [1, n]) -> embeddings [1, n, hidden]``;
 - ``text_decoder(embeddings, cache_position) -> logits [1, vocab]``;
@@ -32,8 +32,9 @@ PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 MODEL_TYPES = ("llava", "idefics3", "smolvlm", "gemma3", "qwen2_vl", "qwen2_5_vl")
 # The kind of text_decoder a model type takes (``etmlx.llm.causal_lm.export_methods``'
 # ``embeddings``): Gemma 3's image tokens attend to every token of their image, so its rows
-# carry a channel marking an image's (``MarkedEmbeddedCausalLM``); Qwen2-VL's and Qwen2.5-VL's rows carry
-# their place in its three-dimensional RoPE (``PositionedEmbeddedCausalLM``).
+# carry a channel marking an image's (``MarkedEmbeddedCausalLM``); Qwen2-VL's and
+# Qwen2.5-VL's rows carry their place in its three-dimensional RoPE
+# (``PositionedEmbeddedCausalLM``).
 EMBEDDINGS = {"gemma3": "marked", "qwen2_vl": "positioned", "qwen2_5_vl": "positioned"}
 
 
@@ -51,9 +52,9 @@ def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int =
                       dtype=None, progress=None, image_size=None):
     """Exports the image-text-to-text model in ``model_dir`` to ``output`` (inside
     ``lowering.deferred.scope()``: quantized weights are computed as they are packed);
-    the options as ``etmlx.llm.export.export_llm`` takes them. ``image_size``: (height, width) or one side
-    of the images a Qwen2.5-VL export takes (default: ``fixed_grid.image_size``'s). Returns
-    the ExportResult."""
+    the options as ``etmlx.llm.export.export_llm`` takes them. ``image_size``: (height,
+    width) or one side of the images a Qwen2-VL or Qwen2.5-VL export takes (default:
+    ``fixed_grid.image_size``'s). Returns the ExportResult."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from etmlx.exporter import export_methods
@@ -121,7 +122,7 @@ def text_model(model):
 
     config = model.config.get_text_config()
     with torch.device("meta"):
-        # Qwen2-VL's and Qwen2.5-VL's text models have no causal-LM class of their own: Qwen2's head over it
+        # Qwen2-VL's and Qwen2.5-VL's text models have no causal-LM class: Qwen2's head over them
         text = Qwen2ForCausalLM(config) if config.model_type in ("qwen2_vl_text", "qwen2_5_vl_text") else \
             AutoModelForCausalLM.from_config(config)
     text.model, text.lm_head = model.model.get_decoder(), model.lm_head

@@ -1,5 +1,5 @@
-"""Qwen2.5-VL's (and Qwen2-VL's) image preprocessing at the one image size its exported vision encoder
-computes (``grid_encoder``): ``FixedGridProcessor`` makes what transformers'
+"""Qwen2.5-VL's (and Qwen2-VL's) image preprocessing at the one image size its exported
+vision encoder computes (``grid_encoder``): ``FixedGridProcessor`` makes what transformers'
 ``Qwen2_5_VLProcessor`` makes of a prompt, each image first resized to that size.
 
 Qwen's processor resizes each image to its own grid of patches (its aspect ratio kept,
@@ -57,13 +57,15 @@ class FixedGridProcessor:
     def __init__(self, folder, image_size=None):
         from transformers import AutoTokenizer, Qwen2VLImageProcessorPil
 
+        from etmlx.llm.generation import GenerationError
+
         config = preprocessor_config(folder)
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.image_processor = Qwen2VLImageProcessorPil.from_pretrained(folder)
         self.image_size = tuple(image_size or config.get(IMAGE_SIZE_KEY) or ())
         if len(self.image_size) != 2:
-            raise ValueError(f"{folder}: its preprocessor_config.json names no {IMAGE_SIZE_KEY}: export the model "
-                             "with etmlx export-llm, which writes it")
+            raise GenerationError(f"{folder}: its preprocessor_config.json names no {IMAGE_SIZE_KEY}, the size of "
+                                  "the images the .pte takes: export the model with etmlx export-llm, which writes it")
         self.chat_template = _chat_template(folder) or self.tokenizer.chat_template
 
     def apply_chat_template(self, messages: list, add_generation_prompt: bool = False) -> str:
@@ -74,10 +76,12 @@ class FixedGridProcessor:
         import torch
         from PIL import Image
 
+        from etmlx.llm.generation import GenerationError
+
         images = list(images or [])
         pieces = text.split(IMAGE_PAD)
         if len(pieces) - 1 != len(images):
-            raise ValueError(f"the prompt holds {len(pieces) - 1} {IMAGE_PAD} for {len(images)} images")
+            raise GenerationError(f"the prompt holds {len(pieces) - 1} {IMAGE_PAD} for {len(images)} images")
         height, width = self.image_size
         inputs = {}
         if images:

@@ -21,7 +21,7 @@ class VisionEncoder(torch.nn.Module):
     def __init__(self, model, marked: bool = False):
         super().__init__()
         self.model = model.model
-        self.marked = marked
+        self.channels = (1.0,) if marked else ()
 
     def forward(self, pixel_values):
         pixel_values = pixel_values.to(next(self.model.parameters()).dtype)
@@ -29,7 +29,7 @@ class VisionEncoder(torch.nn.Module):
             features = self.model.connector(self.model.vision_model(pixel_values=pixel_values).last_hidden_state)
         else:
             features = torch.cat(list(self.model.get_image_features(pixel_values=pixel_values).pooler_output))[None]
-        return _with_channels(features, (1.0,)) if self.marked else features
+        return _with_channels(features, self.channels)
 
 
 class TokenEmbedding(torch.nn.Module):

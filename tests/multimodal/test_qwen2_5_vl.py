@@ -42,7 +42,8 @@ def test_image_rows_take_positions_in_three_dimensions(qwen):
     pte, result, model, processor, image = qwen
     assert result.report.fully_delegated
     methods = inspect_program(pte)["methods"]
-    encoder, decoder, forward = (methods[name]["delegates"][0] for name in ("vision_encoder", "text_decoder", "forward"))
+    encoder, decoder, forward = (methods[name]["delegates"][0]
+                                 for name in ("vision_encoder", "text_decoder", "forward"))
     # the windowed layer's four windows in one batched attention, the full layer's in one
     assert encoder["nodes"].count("Sdpa") == 2 and "Conv" in encoder["nodes"]
     assert {b["name"] for b in decoder["buffers"]} == {b["name"] for b in forward["buffers"]}  # one cache, one RoPE
@@ -115,6 +116,9 @@ def test_windows_of_unequal_sizes_match_transformers(qwen):
     with torch.no_grad():
         expected = model.model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"]).pooler_output[0]
     etmlx.export(encoder, (inputs["pixel_rows"],), path)
+    windows = len(encoder.precomputed["cu_window_seqlens"]) - 1
+    # one attention a window in the windowed layer, then the full layer's
+    assert inspect_program(path)["methods"]["forward"]["delegates"][0]["nodes"].count("Sdpa") == windows + 1
     for runtime in etmlx.RUNTIMES:
         rows = torch.as_tensor(etmlx.load(path, runtime=runtime).run_method("forward", [inputs["pixel_rows"]])[0])
         torch.testing.assert_close(rows[0, :, :-4], expected, rtol=1e-4, atol=1e-5)
@@ -141,3 +145,12 @@ def test_the_default_size_is_448_within_the_processor_s_bounds():
     from etmlx.multimodal import fixed_grid
 
     assert fixed_grid.image_size(HUB) == (448, 448) and fixed_grid.image_size(TINY) == (32, 32)
+
+
+def test_a_folder_no_export_wrote_names_what_it_lacks(qwen):
+    """The checkpoint's own folder holds no export's image size: one error, not a traceback."""
+    from etmlx.llm.generation import GenerationError
+
+    _, _, _, _, image = qwen
+    with pytest.raises(GenerationError, match="names no etmlx_image_size, the size of the images the .pte takes"):
+        load_processor(os.path.dirname(image))
