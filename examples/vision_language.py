@@ -3,10 +3,10 @@ tokenizer, the processor's image preprocessing and chat template), random weight
 image to ask about: what the vision-language tests and the README's walk-through export.
 LLaVA (one image, one encoder call), Idefics3 (an image split into tiles, an encoder
 call each: SmolVLM's architecture), Gemma 3 (an image's tokens attend to the whole image)
-and Qwen2.5-VL (positions in three dimensions).
+and Qwen2.5-VL (positions in three dimensions; Qwen2-VL and Qwen3-VL by the same builder).
 
     python examples/vision_language.py /tmp/llava             # writes the folder and /tmp/llava/image.png
-    python examples/vision_language.py /tmp/idefics3 idefics3   # or gemma3, qwen2_5_vl
+    python examples/vision_language.py /tmp/idefics3 idefics3   # or gemma3, qwen2_5_vl, qwen3_vl
 """
 
 import os
@@ -131,7 +131,9 @@ def tiny_qwen2_5_vl_checkpoint(directory, seed: int = 0, patch: int = 4, scale: 
     the image processor's config and ``chat_template.json`` (transformers'
     Qwen2_5_VLProcessor itself also builds a video processor, which needs torchvision).
     Weights scaled by ``scale``. ``family="Qwen2VL"``: Qwen2-VL's classes (its vision
-    transformer attends over the whole image)."""
+    transformer attends over the whole image); ``"Qwen3VL"``: Qwen3-VL's (a learned position
+    grid of 4 x 4 resampled to the image's, and two deepstack layers, whose features enter
+    the first two text layers); ``"Qwen3VLMoe"``: the same with a text model of 4 experts."""
     import json
 
     import transformers
@@ -143,14 +145,22 @@ def tiny_qwen2_5_vl_checkpoint(directory, seed: int = 0, patch: int = 4, scale: 
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in ("<|vision_start|>", "<|image_pad|>",
                                                                        "<|vision_end|>", "<|video_pad|>")}
     vision = dict(depth=2, num_heads=2, patch_size=patch, spatial_merge_size=2, temporal_patch_size=2)
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}
+    text = {}
     if family == "Qwen2VL":
         vision.update(embed_dim=32, hidden_size=64, mlp_ratio=2)
+    elif family.startswith("Qwen3VL"):  # a learned position grid of 4 x 4, resampled to the image's
+        vision.update(hidden_size=32, intermediate_size=64, out_hidden_size=64, num_position_embeddings=16,
+                      deepstack_visual_indexes=[0, 1])
+        text.update(head_dim=16, rope_parameters={**rope, "mrope_interleaved": True})
+        if family == "Qwen3VLMoe":
+            text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
     else:
         vision.update(hidden_size=32, intermediate_size=64, out_hidden_size=64, window_size=4 * patch,
                       fullatt_block_indexes=[1])
     text = dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, bos_token_id=1,
-                eos_token_id=2, pad_token_id=0, rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]})
+                eos_token_id=2, pad_token_id=0, **{"rope_parameters": rope, **text})
     config = getattr(transformers, f"{family}Config")(vision_config=vision, text_config=text, image_token_id=ids["<|image_pad|>"],
                               video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
                               vision_end_token_id=ids["<|vision_end|>"])
@@ -195,6 +205,7 @@ def write_image(path, seed: int = 0, size=(40, 52)) -> str:
 if __name__ == "__main__":
     folder = sys.argv[1] if len(sys.argv) > 1 else "llava-tiny-random"
     builders = {"llava": tiny_llava_checkpoint, "idefics3": tiny_idefics3_checkpoint, "gemma3": tiny_gemma3_checkpoint,
-                "qwen2_5_vl": tiny_qwen2_5_vl_checkpoint}
+                "qwen2_5_vl": tiny_qwen2_5_vl_checkpoint,
+                "qwen3_vl": lambda folder: tiny_qwen2_5_vl_checkpoint(folder, family="Qwen3VL")}
     builders[sys.argv[2] if len(sys.argv) > 2 else "llava"](folder)
     print(f"wrote {folder} and {write_image(os.path.join(folder, 'image.png'))}")

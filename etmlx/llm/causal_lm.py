@@ -38,7 +38,7 @@ RECURRENT_STATE_METHOD = "use_recurrent_state"
 
 def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_step: int = WINDOW_STEP,
                    sample_on_device: bool = False, kv_bits=None, kv_group_size: int = 64, verify: bool = False,
-                   embeddings=False, buffer_prefix=None) -> dict:
+                   embeddings=False, stacked_features: int = 0, buffer_prefix=None) -> dict:
     """``{"forward": ExportedProgram, "get_max_seq_len": ..., ...}`` of a Hugging Face
     causal LM (for ``etmlx.export_methods``): ``forward`` takes 1 to ``max_seq_len`` tokens
     per call; the cache holds ``max_context_len`` tokens (default: the model's
@@ -54,7 +54,8 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
     on embeddings whose last channel marks image rows, whose tokens see their whole image
     (``windowed_cache.MarkedEmbeddedCausalLM``: Gemma 3); ``embeddings="positioned"``, on
     embeddings whose last four channels place each row in multimodal RoPE
-    (``windowed_cache.PositionedEmbeddedCausalLM``: Qwen2.5-VL). ``buffer_prefix``: the
+    (``windowed_cache.PositionedEmbeddedCausalLM``: Qwen2.5-VL), ``stacked_features``
+    more vectors of the hidden size before them (Qwen3-VL's deepstack). ``buffer_prefix``: the
     caches' names start with it (``draft.cached.key_cache_0``), so that another model's
     methods in the same file keep caches of their own (``etmlx.llm.draft``)."""
     import torch
@@ -94,7 +95,7 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
                             ({1: seq}, {0: seq}))
     if embeddings:
         decoder_class, channels = decoders[embeddings]
-        hidden = model.get_input_embeddings().embedding_dim + channels
+        hidden = model.get_input_embeddings().embedding_dim * (1 + stacked_features) + channels
         embedded = (torch.zeros(1, length, hidden, dtype=model.get_input_embeddings().weight.dtype), inputs[1])
         decoder = decoder_class(model, max_context_len, window_step, max_seq_len, **cache)
         traced["text_decoder"] = (decoder, embedded, ({1: seq}, {0: seq}))

@@ -16,7 +16,7 @@ def add_commands(commands) -> None:
     export = commands.add_parser("export-llm", help="export a Hugging Face causal LM folder or a GGUF file to a .pte "
                                  "(ExecuTorch's LLM-runner convention; the tokenizer is copied beside it); also a "
                                  "Whisper folder (etmlx transcribe) or a vision-language one: LLaVA, Idefics3, "
-                                 "SmolVLM, Gemma 3, Qwen2-VL, Qwen2.5-VL (generate --image)")
+                                 "SmolVLM, Gemma 3, Qwen2-VL, Qwen2.5-VL, Qwen3-VL (generate --image)")
     export.add_argument("model", help="a checkpoint folder (config.json, safetensors, tokenizer files), a Hugging "
                         "Face Hub id (org/name), found in the Hub's cache or downloaded into it, or a .gguf file "
                         "(its quantized weights kept: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K where exact)")
@@ -46,8 +46,8 @@ def add_commands(commands) -> None:
                         "first N layers and head (its weights stored once), for generate and chat --speculative; "
                         "implies --verify")
     export.add_argument("--image-size", type=_image_size, metavar="SIDE|HxW", help="the size every image is "
-                        "resized to, in pixels, for a Qwen2-VL or Qwen2.5-VL export (default: 448x448 within its "
-                        "processor's bounds)")
+                        "resized to, in pixels, for a Qwen2-VL, Qwen2.5-VL or Qwen3-VL export (default: 448x448 "
+                        "within its processor's bounds)")
     export.set_defaults(handler=_export_llm)
 
     for name, helps in (("generate", "generate text from a prompt"), ("chat", "a conversation on stdin, "

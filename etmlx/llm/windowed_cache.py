@@ -186,17 +186,24 @@ class MarkedEmbeddedCausalLM(WindowedCausalLM):
 
 
 class PositionedEmbeddedCausalLM(WindowedCausalLM):
-    """``text_decoder(placed [1, n, hidden + 4], cache_position) -> logits [1, vocab]``:
+    """``text_decoder(placed [1, n, hidden * (1 + k) + 4], cache_position) -> logits [1, vocab]``:
     ``EmbeddedCausalLM`` for a model of multimodal RoPE (Qwen2.5-VL), whose image rows
     take positions in time, height and width. The last four channels place each row (the
     image methods write them; ``etmlx.multimodal.grid_encoder``): its offsets from where
     it starts, and the positions it advances (a token's embedding: 0, 0, 0, 1), so the call
     positions its rows though it takes no third input: ExecuTorch's MultimodalRunner
-    passes two."""
+    passes two. Between the embedding and the placement, k more vectors of ``hidden``
+    (Qwen3-VL's deepstack: k = 0 for others), each added to the row's hidden state after
+    one of the first k layers (a token's: zeros, which leave it as it is)."""
 
     def forward(self, placed, cache_position):
-        embeddings, placement = placed[..., :-4], placed[0, :, -4:].long()
-        return self.call({"inputs_embeds": embeddings}, placed.shape[1], cache_position, placement=placement)
+        rows, placement = placed[..., :-4], placed[0, :, -4:].long()
+        embeddings, *stacked = rows.split(self.cached.model.get_input_embeddings().embedding_dim, -1)
+        inputs = {"inputs_embeds": embeddings}
+        if stacked:  # (transformers adds them at a mask's image rows, which a trace cannot select)
+            inputs.update(deepstack_visual_embeds=stacked, visual_pos_masks=None)
+        with _stacked_into_every_row(self.cached.model.model, bool(stacked)):
+            return self.call(inputs, placed.shape[1], cache_position, placement=placement)
 
 
 class SampledCausalLM(WindowedCausalLM):
@@ -219,6 +226,21 @@ class SampledCausalLM(WindowedCausalLM):
         cumulative = torch.cumsum(torch.softmax(torch.where(keep, ranked, -torch.inf), -1), -1)
         chosen = torch.clamp((cumulative <= uniform * cumulative[-1]).sum(), max=vocab - 1)
         return torch.index_select(order, 0, chosen.reshape(1))
+
+
+@contextlib.contextmanager
+def _stacked_into_every_row(text_model, stacked: bool):
+    """Qwen3-VL's text model adding each deepstack vector to its row, every row (a
+    token's vectors are zeros: ``PositionedEmbeddedCausalLM``), where transformers adds
+    them to the rows a boolean mask selects, a shape only the data decides."""
+    if not stacked:
+        yield
+        return
+    text_model._deepstack_process = lambda hidden, mask, vectors: hidden + vectors.to(hidden.dtype)
+    try:
+        yield
+    finally:
+        del text_model._deepstack_process
 
 
 def windowed_sdpa(module, query, key, value, attention_mask, **kwargs):

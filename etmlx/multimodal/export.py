@@ -1,7 +1,7 @@
 """``etmlx export-llm`` of an image-text-to-text checkpoint (LLaVA: a vision tower, a
 projector and a causal LM; Idefics3 and SmolVLM: a vision model over the tiles their
-processor splits an image into, a connector and a causal LM; Gemma 3; Qwen2-VL and
-Qwen2.5-VL, of positions in three dimensions) to one ``.pte`` in
+processor splits an image into, a connector and a causal LM; Gemma 3; Qwen2-VL,
+Qwen2.5-VL and Qwen3-VL, of positions in three dimensions) to one ``.pte`` in
 ExecuTorch's multimodal convention:
 
 - ``vision_encoder(pixel_values [1, 3, H, W]) -> image features [1, n, hidden]`` of one
@@ -18,6 +18,7 @@ raised to that): ExecuTorch's MultimodalRunner prefills an image's embeddings in
 
 The processor's files (its image preprocessing and chat template) are copied beside it."""
 
+import copy
 import json
 import os
 import time
@@ -27,15 +28,18 @@ from etmlx.errors import ExportError
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 # The model types whose image features and attention etmlx's methods reproduce (tested
 # against eager). Others export without an error but would compute other numbers
-# (LLaVA-NeXT's tiles are unpadded per image; Qwen3-VL's image features also enter
-# early text layers), so they are refused by name.
-MODEL_TYPES = ("llava", "idefics3", "smolvlm", "gemma3", "qwen2_vl", "qwen2_5_vl")
+# (LLaVA-NeXT's tiles are unpadded per image), so they are refused by name.
+MODEL_TYPES = ("llava", "idefics3", "smolvlm", "gemma3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 # The kind of text_decoder a model type takes (``etmlx.llm.causal_lm.export_methods``'
 # ``embeddings``): Gemma 3's image tokens attend to every token of their image, so its rows
 # carry a channel marking an image's (``MarkedEmbeddedCausalLM``); Qwen2-VL's and
-# Qwen2.5-VL's rows carry their place in its three-dimensional RoPE
+# Qwen2.5-VL's (and Qwen3-VL's) rows carry their place in its three-dimensional RoPE
 # (``PositionedEmbeddedCausalLM``).
-EMBEDDINGS = {"gemma3": "marked", "qwen2_vl": "positioned", "qwen2_5_vl": "positioned"}
+EMBEDDINGS = {"gemma3": "marked", "qwen2_vl": "positioned", "qwen2_5_vl": "positioned", "qwen3_vl": "positioned",
+              "qwen3_vl_moe": "positioned"}
+# The causal-LM class ``text_model`` puts over a text model that has none (Qwen's VL ones)
+SHELLS = {"qwen2_vl_text": "Qwen2ForCausalLM", "qwen2_5_vl_text": "Qwen2ForCausalLM",
+          "qwen3_vl_text": "Qwen3ForCausalLM", "qwen3_vl_moe_text": "Qwen3MoeForCausalLM"}
 
 
 def is_image_text(model_dir) -> bool:
@@ -53,7 +57,7 @@ def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int =
     """Exports the image-text-to-text model in ``model_dir`` to ``output`` (inside
     ``lowering.deferred.scope()``: quantized weights are computed as they are packed);
     the options as ``etmlx.llm.export.export_llm`` takes them. ``image_size``: (height,
-    width) or one side of the images a Qwen2-VL or Qwen2.5-VL export takes (default:
+    width) or one side of the images a Qwen-VL export (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) takes (default:
     ``fixed_grid.image_size``'s). Returns the ExportResult."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -98,8 +102,10 @@ def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int =
         from etmlx.quant.weights import quantize as quantize_weights
 
         model, quantized = quantize_weights(model, quantize, group_size, deferred=True)
-    methods = causal_lm.export_methods(text, longest, capacity, embeddings=embeddings)
-    methods.update(image_program.export_methods(encoder, text, image_size, longest, embeddings))
+    # Qwen3-VL's deepstack: features of early vision layers, added to the first text layers' outputs
+    stacked = len(getattr(model.config.vision_config, "deepstack_visual_indexes", None) or ())
+    methods = causal_lm.export_methods(text, longest, capacity, embeddings=embeddings, stacked_features=stacked)
+    methods.update(image_program.export_methods(encoder, text, image_size, longest, embeddings, stacked))
     methods["image_token_id"] = int(model.config.image_token_id)
     report("trace", time.perf_counter() - started)
     started = time.perf_counter()
@@ -118,16 +124,26 @@ def text_model(model):
     """The causal LM inside ``model``: its language model and head, no copy (built on the
     meta device, then given the checkpoint's modules)."""
     import torch
-    from transformers import AutoModelForCausalLM, Qwen2ForCausalLM
+    import transformers
 
     config = model.config.get_text_config()
+    shell = SHELLS.get(config.model_type)
     with torch.device("meta"):
-        # Qwen2-VL's and Qwen2.5-VL's text models have no causal-LM class: Qwen2's head over them
-        text = Qwen2ForCausalLM(config) if config.model_type in ("qwen2_vl_text", "qwen2_5_vl_text") else \
-            AutoModelForCausalLM.from_config(config)
+        if shell:  # (its model is the checkpoint's: built with no layers, which need settings it lacks)
+            text = getattr(transformers, shell)(_without_layers(config))
+            text.config = config
+        else:
+            text = transformers.AutoModelForCausalLM.from_config(config)
     text.model, text.lm_head = model.model.get_decoder(), model.lm_head
     text.generation_config = model.generation_config
     return text.eval()
+
+
+def _without_layers(config):
+    """A copy of ``config`` of no layers."""
+    empty = copy.copy(config)
+    empty.num_hidden_layers, empty.layer_types = 0, []
+    return empty
 
 
 def _refuse_images_past_the_window(config, per_image: int) -> None:

@@ -1,4 +1,4 @@
-"""Qwen2.5-VL's (and Qwen2-VL's) image preprocessing at the one image size its exported
+"""Qwen2.5-VL's (and Qwen2-VL's, Qwen3-VL's) image preprocessing at the one image size its exported
 vision encoder computes (``grid_encoder``): ``FixedGridProcessor`` makes what transformers'
 ``Qwen2_5_VLProcessor`` makes of a prompt, each image first resized to that size.
 

@@ -1,18 +1,22 @@
-"""The vision encoder of a Qwen2.5-VL or Qwen2-VL export (``export``), at one image size.
+"""The vision encoder of a Qwen2-VL, Qwen2.5-VL or Qwen3-VL export (``export``), at one
+image size.
 
-``vision_encoder(pixel_values [1, 3, H, W]) -> rows [1, n, hidden + 4]``: the image cut
-into patches as Qwen's processor cuts it (``fixed_grid.FixedGridProcessor`` undoes that
-for the runners, which pass images whole), its vision transformer and merger, and four
-channels per row that place it in the text model's three-dimensional RoPE
+``vision_encoder(pixel_values [1, 3, H, W]) -> rows [1, n, hidden * (1 + k) + 4]``: the
+image cut into patches as Qwen's processor cuts it (``fixed_grid.FixedGridProcessor``
+undoes that for the runners, which pass images whole), its vision transformer and merger,
+Qwen3-VL's k deepstack features (early layers' merged outputs, which its text model adds
+to its first k layers' outputs; k = 0 for the others), and four channels per row that
+place it in the text model's three-dimensional RoPE
 (``etmlx.llm.windowed_cache.PositionedEmbeddedCausalLM``): the row's offsets in time,
 height and width from the image's first position, and how many positions it advances
 the text after it (0, but the last row: the larger side of the merged grid).
 
-The transformer's window order, window and image boundaries and rotary positions depend
-on the grid only; transformers computes them in Python (``vision_utils``), so they are
-computed here once for the export's grid and handed to the model as its precomputed
-keyword arguments. Its attention within windows is ``window_attention``: transformers'
-own splits each window off by boundaries it reads from a tensor, which a trace cannot."""
+The transformer's window order, window and image boundaries, rotary positions and
+(Qwen3-VL) the resampling of its learned position grid depend on the grid only;
+transformers computes them in Python (``vision_utils``), so they are computed here once
+for the export's grid and handed to the model as its precomputed keyword arguments. Its
+attention within windows is ``window_attention``: transformers' own splits each window
+off by boundaries it reads from a tensor, which a trace cannot."""
 
 import torch
 from transformers import AttentionInterface
@@ -25,8 +29,8 @@ ATTENTION = "etmlx_flash_windows"
 
 class GridVisionEncoder(torch.nn.Module):
     def __init__(self, model, image_size: tuple):
-        from transformers.vision_utils import (get_vision_attention_seqlens, get_vision_position_ids,
-                                               get_vision_window_index)
+        from transformers.vision_utils import (get_vision_attention_seqlens, get_vision_interpolation_indices_and_weights,
+                                               get_vision_position_ids, get_vision_window_index)
 
         super().__init__()
         self.visual = model.model.visual
@@ -38,6 +42,11 @@ class GridVisionEncoder(torch.nn.Module):
         image = tuple(cu_seqlens.tolist())
         self.precomputed = dict(position_ids=get_vision_position_ids(self.grid, self.merge), cu_seqlens=image,
                                 max_seqlen=_longest(image))
+        if hasattr(self.visual, "num_grid_per_side"):  # Qwen3-VL: a learned position grid, resampled to the image's
+            interp_indices, interp_weights = get_vision_interpolation_indices_and_weights(
+                self.grid, num_grid_per_side=self.visual.num_grid_per_side, mode=self.visual.interpolation_mode,
+                align_corners=self.visual.interpolation_align_corners, spatial_merge_size=self.merge)
+            self.precomputed.update(interp_indices=interp_indices, interp_weights=interp_weights)
         if getattr(config, "window_size", None):  # Qwen2.5-VL (Qwen2-VL attends over the whole image)
             window_index, cu_window_seqlens = get_vision_window_index(
                 self.grid, spatial_merge_size=self.merge, window_size=config.window_size, patch_size=self.patch)
@@ -49,8 +58,9 @@ class GridVisionEncoder(torch.nn.Module):
 
     def forward(self, pixel_values):
         with attention_implementation(self.visual, ATTENTION):
-            features = self.visual(self.patches(pixel_values), grid_thw=self.grid, **self.precomputed).pooler_output
-        return torch.cat([features, self.placement.to(features.dtype)], -1)[None]
+            output = self.visual(self.patches(pixel_values), grid_thw=self.grid, **self.precomputed)
+        features = [output.pooler_output, *(getattr(output, "deepstack_features", None) or ())]
+        return torch.cat([*features, self.placement.to(output.pooler_output.dtype)], -1)[None]
 
     def patches(self, pixel_values):
         """``[1, 3, H, W]`` as the processor's ``[patches, 3 * copies * patch * patch]``:

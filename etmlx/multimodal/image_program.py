@@ -33,16 +33,21 @@ class VisionEncoder(torch.nn.Module):
 
 
 class TokenEmbedding(torch.nn.Module):
-    """``tokens [1, n] -> embeddings [1, n, hidden + len(channels)]``: each row followed
-    by ``channels``."""
+    """``tokens [1, n] -> embeddings [1, n, hidden * (1 + stacked) + len(channels)]``:
+    each row followed by ``stacked`` vectors of zeros (where an image's rows carry
+    Qwen3-VL's deepstack features), then ``channels``."""
 
-    def __init__(self, embeddings, channels: tuple = ()):
+    def __init__(self, embeddings, channels: tuple = (), stacked: int = 0):
         super().__init__()
         self.embeddings = embeddings
         self.channels = channels
+        self.stacked = stacked
 
     def forward(self, tokens):
-        return _with_channels(self.embeddings(tokens), self.channels)
+        rows = self.embeddings(tokens)
+        if self.stacked:
+            rows = torch.cat([rows, rows.new_zeros(*rows.shape[:-1], rows.shape[-1] * self.stacked)], -1)
+        return _with_channels(rows, self.channels)
 
 
 def _with_channels(rows, values: tuple):
@@ -72,14 +77,15 @@ def tokens_per_image(encoder, image_size: tuple) -> int:
         return encoder(torch.zeros(1, 3, *image_size)).shape[1]
 
 
-def export_methods(encoder, text, image_size: tuple, max_seq_len: int, embeddings=True) -> dict:
+def export_methods(encoder, text, image_size: tuple, max_seq_len: int, embeddings=True, stacked: int = 0) -> dict:
     """``{"vision_encoder": ..., "token_embedding": ...}``: ExportedPrograms of ``encoder``
     (``vision_encoder``) at ``image_size`` (height, width) and of ``text``'s input
-    embeddings (1 to ``max_seq_len`` tokens), each row followed by the channels a
-    ``text_decoder`` of ``embeddings``' kind reads (``TOKEN_CHANNELS``)."""
+    embeddings (1 to ``max_seq_len`` tokens), each row followed by ``stacked`` vectors of
+    zeros and the channels a ``text_decoder`` of ``embeddings``' kind reads
+    (``TOKEN_CHANNELS``)."""
     seq = Dim("seq", min=1, max=max_seq_len) if max_seq_len > 1 else None
     tokens = torch.zeros(1, min(2, max_seq_len), dtype=torch.long)
-    embedding = TokenEmbedding(text.get_input_embeddings(), TOKEN_CHANNELS[embeddings]).eval()
+    embedding = TokenEmbedding(text.get_input_embeddings(), TOKEN_CHANNELS[embeddings], stacked).eval()
     with torch.no_grad():
         return {
             "vision_encoder": torch.export.export(encoder, (torch.zeros(1, 3, *image_size),)),

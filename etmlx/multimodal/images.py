@@ -12,7 +12,7 @@ from etmlx.llm.generation import GenerationError
 IMAGE_METHODS = ("vision_encoder", "token_embedding", "text_decoder", "image_token_id")
 # What a program that takes no images is told to export instead (``export.MODEL_TYPES``)
 NEEDS_IMAGE_METHODS = ("takes no images: export a vision-language checkpoint (LLaVA, Idefics3, SmolVLM, Gemma 3, "
-                       "Qwen2-VL, Qwen2.5-VL) with etmlx export-llm")
+                       "Qwen2-VL, Qwen2.5-VL, Qwen3-VL) with etmlx export-llm")
 
 
 def image_prompt(folder, prompt: str, images) -> tuple:
@@ -76,7 +76,7 @@ def processor_for(program, folder):
 
 def load_processor(folder):
     """The processor saved in ``folder`` beside a vision-language export: transformers'
-    ``AutoProcessor``, or for Qwen2.5-VL ``fixed_grid.FixedGridProcessor`` (its images
+    ``AutoProcessor``, or for the Qwen VL models ``fixed_grid.FixedGridProcessor`` (its images
     resized to the export's one size)."""
     from . import fixed_grid
 

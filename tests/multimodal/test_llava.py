@@ -184,12 +184,12 @@ def test_bad_images_and_programs_get_one_line(llava, tmp_path):
     session.images = PromptImages(session.program, pixel_values, ids)
     with pytest.raises(GenerationError, match=r"the prompt's \d+ tokens are past the context of 160 tokens"):
         list(generate_tokens(session, ids, 4))
-    from transformers import Qwen3VLConfig
+    from transformers import LlavaNextConfig
 
-    qwen = tmp_path / "qwen3_vl"
-    Qwen3VLConfig().save_pretrained(qwen)
-    with pytest.raises(etmlx.ExportError, match="a qwen3_vl vision-language model, which etmlx does not export yet"):
-        etmlx.export_llm(qwen, tmp_path / "qwen3_vl.pte")
+    tiles = tmp_path / "llava_next"
+    LlavaNextConfig().save_pretrained(tiles)
+    with pytest.raises(etmlx.ExportError, match="a llava_next vision-language model, which etmlx does not export yet"):
+        etmlx.export_llm(tiles, tmp_path / "llava_next.pte")
     mlp = tmp_path / "mlp.pte"
     etmlx.export(torch.nn.Linear(4, 4), (torch.zeros(1, 4),), mlp)
     with pytest.raises(GenerationError, match="takes no images"):
