@@ -1,15 +1,18 @@
-"""A LLaVA-shaped model's image encode time and time to first token: etmlx on both
+"""A vision-language model's image encode time and time to first token: etmlx on both
 runtimes, transformers eager and mlx-vlm (if installed: `pip install mlx-vlm`), on one
 checkpoint folder, in one run.
 
-    python bench/bench_vlm.py [--image-size 224 --patch 16 --repeats 3]
+    python bench/bench_vlm.py [--family llava|qwen3_vl --image-size 224 --patch 16 --repeats 3]
 
-The folder (random weights, float32, written by examples/vision_language.py): a CLIP
-ViT-B-shaped tower (hidden 768, 12 layers, 12 heads, MLP 3072; 224 px in 16 px patches:
-196 image tokens) and a Llama of hidden 1024, 8 layers (16 heads, 4 key-value heads) with
-the tiny trained tokenizer. Encode: pixel values to projected features. Time to first
-token: features, the prompt (the image's tokens and a short question) prefilled, the first
-token chosen; the processor's preprocessing is done once, outside every timing.
+The folder (random weights, float32, written by examples/vision_language.py) holds a
+ViT-B-shaped vision tower (hidden 768, 12 layers, 12 heads, MLP 3072) and a text model of
+hidden 1024, 8 layers (16 heads, 4 key-value heads) with the tiny trained tokenizer:
+``llava``, a CLIP tower and a Llama, 224 px in 16 px patches (196 image tokens);
+``qwen3_vl``, Qwen3-VL's (deepstack from 3 of its layers, multimodal RoPE), 448 px in 16 px
+patches merged 2 x 2 (196 image tokens). Encode: pixel values to the features the text
+model takes. Time to first token: features, the prompt (the image's tokens and a short
+question) prefilled, the first token chosen; the processor's preprocessing is done once,
+outside every timing.
 """
 
 import argparse
@@ -47,19 +50,37 @@ def etmlx_rows(pte, ids, pixel_values, repeats: int) -> list:
     return rows
 
 
-def transformers_row(model, inputs, repeats: int) -> tuple:
+def transformers_row(model, inputs: dict, repeats: int) -> tuple:
+    """``inputs``: the processor's tensors for transformers' model (the image's and the prompt's)."""
     import torch
 
+    image = {name: inputs[name] for name in ("pixel_values", "image_grid_thw") if name in inputs}
     with torch.no_grad():
-        encode = best_of(repeats, lambda: model.model.get_image_features(pixel_values=inputs["pixel_values"]))
+        encode = best_of(repeats, lambda: model.model.get_image_features(**image))
         first = best_of(repeats, lambda: int(model(**inputs, logits_to_keep=1).logits[0, -1].argmax()))
     return ("transformers eager", encode[0], *first)
 
 
-def as_on_the_hub(folder) -> None:
-    """Renames the vision tower's tensors as the Hub's LLaVA checkpoints (and so mlx-vlm)
-    name them, ``vision_tower.vision_model.*``: transformers 5 saves them without
-    ``vision_model`` and reads both."""
+def as_on_the_hub(folder, family: str) -> None:
+    """Writes ``folder`` as the Hub's checkpoints of ``family`` are (and so as mlx-vlm reads
+    them; transformers 5 reads both forms): LLaVA's vision tensors named
+    ``vision_tower.vision_model.*``, which transformers 5 saves without ``vision_model``;
+    Qwen3-VL's config with the text model's ``rope_theta`` and ``rope_scaling`` and its
+    vision config's ``model_type`` ``qwen3_vl``, where transformers 5 writes
+    ``rope_parameters`` and ``qwen3_vl_vision``."""
+    import json
+
+    if family == "qwen3_vl":
+        path = os.path.join(folder, "config.json")
+        with open(path) as f:
+            config = json.load(f)
+        rope = config["text_config"]["rope_parameters"]
+        config["text_config"].update(rope_theta=rope["rope_theta"],
+                                     rope_scaling={k: v for k, v in rope.items() if k != "rope_theta"})
+        config["vision_config"]["model_type"] = "qwen3_vl"
+        with open(path, "w") as f:
+            json.dump(config, f, indent=2)
+        return
     from safetensors.torch import load_file, save_file
 
     path = os.path.join(folder, "model.safetensors")
@@ -68,37 +89,58 @@ def as_on_the_hub(folder) -> None:
                for name, tensor in tensors.items()}, path, metadata={"format": "pt"})
 
 
-def mlx_vlm_row(folder, ids, pixel_values, repeats: int) -> tuple:
-    import mlx.core as mx
-    from mlx_vlm import load
-    from mlx_vlm.models.cache import make_prompt_cache
+def mlx_vlm_row(folder, ids, inputs: dict, repeats: int) -> tuple:
+    """mlx-vlm's model of ``folder`` (its processor is not loaded: Qwen's needs
+    torchvision) on the processor's ``inputs``, as transformers takes them."""
+    from pathlib import Path
 
-    model, _ = load(folder)
-    input_ids, pixels = mx.array([ids]), mx.array(pixel_values.numpy())
+    import mlx.core as mx
+    from mlx_vlm.models.cache import make_prompt_cache
+    from mlx_vlm.utils import load_model
+
+    model = load_model(Path(folder))
+    input_ids, pixels = mx.array([ids]), mx.array(inputs["pixel_values"].numpy())
+    grid = {"image_grid_thw": mx.array(inputs["image_grid_thw"].numpy())} if "image_grid_thw" in inputs else {}
 
     def encode():
-        mx.eval(model.get_input_embeddings(input_ids, pixels).inputs_embeds)
+        mx.eval(model.get_input_embeddings(input_ids, pixels, **grid).inputs_embeds)
 
     def first_token():
-        logits = model(input_ids, pixels, mask=None, cache=make_prompt_cache(model.language_model))
+        logits = model(input_ids, pixels, mask=None, cache=make_prompt_cache(model.language_model), **grid)
         return int(mx.argmax(logits.logits[0, -1]).item())
 
     return ("mlx-vlm", best_of(repeats, encode)[0], *best_of(repeats, first_token))
 
 
+def write_folder(folder, family: str, image_size: int, patch: int) -> str:
+    """The benchmark's checkpoint folder of ``family`` (the module docstring's shapes)."""
+    from examples.vision_language import tiny_llava_checkpoint, tiny_qwen2_5_vl_checkpoint
+
+    vision, text = (768, 12, 12, 3072), (1024, 8, 16, 4)
+    if family == "qwen3_vl":
+        folder = tiny_qwen2_5_vl_checkpoint(folder, patch=patch, family="Qwen3VL", vision=vision, text=text,
+                                            largest=image_size // patch, scale=1.0)
+    else:
+        folder = tiny_llava_checkpoint(folder, image_size=image_size, patch=patch, vision=vision, text=text, scale=1.0)
+    as_on_the_hub(folder, family)
+    return folder
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--family", choices=("llava", "qwen3_vl"), default="llava")
+    parser.add_argument("--image-size", type=int, help="pixels a side (default: 224 for llava, 448 for qwen3_vl)")
     parser.add_argument("--patch", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    image_size = args.image_size or (448 if args.family == "qwen3_vl" else 224)
 
     import etmlx
-    from etmlx.multimodal.images import image_prompt
+    from etmlx.multimodal.images import load_processor, read_image
     from etmlx.runtime_shim.blas import preload_openblas
     from transformers import AutoModelForImageTextToText
 
-    from examples.vision_language import tiny_llava_checkpoint, write_image
+    from examples.vision_language import write_image
 
     print(f"{os.cpu_count()} cores; BLAS: {preload_openblas()}; float32")
     try:
@@ -107,22 +149,23 @@ def main() -> None:
         mlx_vlm = None
         print("mlx-vlm is not installed (pip install mlx-vlm): its row is left out")
     with tempfile.TemporaryDirectory() as directory:
-        folder = tiny_llava_checkpoint(os.path.join(directory, "llava"), image_size=args.image_size, patch=args.patch,
-                                       vision=(768, 12, 12, 3072), text=(1024, 8, 16, 4), scale=1.0)
-        as_on_the_hub(folder)
-        pte = os.path.join(directory, "out", "llava.pte")
+        folder = write_folder(os.path.join(directory, args.family), args.family, image_size, args.patch)
+        pte = os.path.join(directory, "out", f"{args.family}.pte")
         started = time.perf_counter()
-        etmlx.export_llm(folder, pte)
+        etmlx.export_llm(folder, pte, **({"image_size": image_size} if args.family == "qwen3_vl" else {}))
         exported = time.perf_counter() - started
-        ids, pixel_values = image_prompt(folder, QUESTION, write_image(os.path.join(directory, "image.png")))
+        processor = load_processor(os.path.dirname(pte))  # (Qwen's: at the export's image size)
+        image = read_image(write_image(os.path.join(directory, "image.png")))
+        turn = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}]
+        inputs = dict(processor(images=[image], text=processor.apply_chat_template(turn, add_generation_prompt=True),
+                                return_tensors="pt", add_special_tokens=False))
+        pixel_values = inputs.pop("pixel_rows", inputs["pixel_values"])  # what etmlx's vision_encoder takes
+        ids = inputs["input_ids"][0].tolist()
         model = AutoModelForImageTextToText.from_pretrained(folder).eval()
-        import torch
-
-        inputs = {"input_ids": torch.tensor([ids]), "pixel_values": pixel_values}
         rows = etmlx_rows(pte, ids, pixel_values, args.repeats) + [transformers_row(model, inputs, args.repeats)]
         if mlx_vlm is not None:
-            rows.append(mlx_vlm_row(folder, ids, pixel_values, args.repeats))
-    print(f"\nLLaVA-shaped: {len(ids)} prompt tokens, exported in {exported:.1f} s")
+            rows.append(mlx_vlm_row(folder, ids, inputs, args.repeats))
+    print(f"\n{args.family}-shaped: {len(ids)} prompt tokens, exported in {exported:.1f} s")
     print(f"{'':<22}{'encode ms':>11}{'vs etmlx':>10}{'TTFT ms':>10}{'vs etmlx':>10}  first token")
     base = rows[0]
     for name, encode, first, token in rows:

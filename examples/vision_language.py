@@ -122,18 +122,21 @@ def tiny_gemma3_checkpoint(directory, seed: int = 4, image_size: int = 32, patch
 
 
 def tiny_qwen2_5_vl_checkpoint(directory, seed: int = 0, patch: int = 4, scale: float = 4.0,
-                               family: str = "Qwen2_5_VL") -> str:
+                               family: str = "Qwen2_5_VL", vision: tuple = (32, 2, 2, 64),
+                               text: tuple = (64, 2, 4, 2), largest: int = 8) -> str:
     """Writes a Qwen2.5-VL folder into ``directory``: a vision transformer of
     ``patch``-pixel patches merged 2 x 2, attending within windows of 4 x 4 patches but in
-    its last layer (images of 16 x 16 to 32 x 32 pixels: 32 x 32 is 16 merged patches, 16
-    tokens); a Qwen2.5-VL text model whose rotary positions run in three dimensions
-    (multimodal RoPE). The folder holds what a Qwen2.5-VL repository does: the tokenizer,
-    the image processor's config and ``chat_template.json`` (transformers'
-    Qwen2_5_VLProcessor itself also builds a video processor, which needs torchvision).
-    Weights scaled by ``scale``. ``family="Qwen2VL"``: Qwen2-VL's classes (its vision
-    transformer attends over the whole image); ``"Qwen3VL"``: Qwen3-VL's (a learned position
-    grid of 4 x 4 resampled to the image's, and two deepstack layers, whose features enter
-    the first two text layers); ``"Qwen3VLMoe"``: the same with a text model of 4 experts."""
+    its last layer (images of 4 x 4 to ``largest`` x ``largest`` patches: 32 x 32 pixels is
+    16 merged patches, 16 tokens); a Qwen2.5-VL text model whose rotary positions run in
+    three dimensions (multimodal RoPE). ``vision``: (hidden, layers, heads, MLP width);
+    ``text``: (hidden, layers, heads, key-value heads). The folder holds what a Qwen2.5-VL
+    repository does: the tokenizer, the image processor's config and ``chat_template.json``
+    (transformers' Qwen2_5_VLProcessor itself also builds a video processor, which needs
+    torchvision). Weights scaled by ``scale``. ``family="Qwen2VL"``: Qwen2-VL's classes
+    (its vision transformer attends over the whole image); ``"Qwen3VL"``: Qwen3-VL's (a
+    learned position grid of 4 x 4 resampled to the image's, and deepstack layers, whose
+    features enter the first text layers: the first two layers of a tiny tower, three
+    spread over a deeper one); ``"Qwen3VLMoe"``: the same with a text model of 4 experts."""
     import json
 
     import transformers
@@ -144,27 +147,33 @@ def tiny_qwen2_5_vl_checkpoint(directory, seed: int = 0, patch: int = 4, scale: 
                                                                 "<|video_pad|>"]})
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in ("<|vision_start|>", "<|image_pad|>",
                                                                        "<|vision_end|>", "<|video_pad|>")}
-    vision = dict(depth=2, num_heads=2, patch_size=patch, spatial_merge_size=2, temporal_patch_size=2)
-    rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}
-    text = {}
+    (vision_hidden, depth, vision_heads, vision_mlp), (hidden, layers, heads, kv_heads) = vision, text
+    eighth = hidden // heads // 16  # mrope_section: the rotary pairs of time, height, width (Qwen: 16, 24, 24 of 64)
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2 * eighth, 3 * eighth, 3 * eighth]}
+    vision_sizes = dict(depth=depth, num_heads=vision_heads, patch_size=patch, spatial_merge_size=2,
+                        temporal_patch_size=2)
+    text_sizes = {}
     if family == "Qwen2VL":
-        vision.update(embed_dim=32, hidden_size=64, mlp_ratio=2)
+        vision_sizes.update(embed_dim=vision_hidden, hidden_size=hidden, mlp_ratio=vision_mlp // vision_hidden)
     elif family.startswith("Qwen3VL"):  # a learned position grid of 4 x 4, resampled to the image's
-        vision.update(hidden_size=32, intermediate_size=64, out_hidden_size=64, num_position_embeddings=16,
-                      deepstack_visual_indexes=[0, 1])
-        text.update(head_dim=16, rope_parameters={**rope, "mrope_interleaved": True})
+        deepstack = [0, 1] if depth <= 2 else [depth // 4 - 1, depth // 2 - 1, 3 * depth // 4 - 1]
+        vision_sizes.update(hidden_size=vision_hidden, intermediate_size=vision_mlp, out_hidden_size=hidden,
+                            num_position_embeddings=16, deepstack_visual_indexes=deepstack)
+        text_sizes.update(head_dim=hidden // heads, rope_parameters={**rope, "mrope_interleaved": True})
         if family == "Qwen3VLMoe":
-            text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
+            text_sizes.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=hidden // 2)
     else:
-        vision.update(hidden_size=32, intermediate_size=64, out_hidden_size=64, window_size=4 * patch,
-                      fullatt_block_indexes=[1])
-    text = dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, bos_token_id=1,
-                eos_token_id=2, pad_token_id=0, **{"rope_parameters": rope, **text})
-    config = getattr(transformers, f"{family}Config")(vision_config=vision, text_config=text, image_token_id=ids["<|image_pad|>"],
-                              video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
-                              vision_end_token_id=ids["<|vision_end|>"])
-    images = Qwen2VLImageProcessorPil(size={"shortest_edge": 16 * patch ** 2, "longest_edge": 64 * patch ** 2},
+        vision_sizes.update(hidden_size=vision_hidden, intermediate_size=vision_mlp, out_hidden_size=hidden,
+                            window_size=4 * patch, fullatt_block_indexes=[depth - 1])
+    text_sizes = dict(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
+                      num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                      max_position_embeddings=512, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                      **{"rope_parameters": rope, **text_sizes})
+    config = getattr(transformers, f"{family}Config")(
+        vision_config=vision_sizes, text_config=text_sizes, image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"])
+    images = Qwen2VLImageProcessorPil(size={"shortest_edge": 16 * patch ** 2, "longest_edge": largest ** 2 * patch ** 2},
                                       patch_size=patch, merge_size=2, temporal_patch_size=2)
     template = CHAT_TEMPLATE.replace("<image>", "<|vision_start|><|image_pad|><|vision_end|>")
     tokenizer.chat_template = template  # as Qwen2.5-VL's tokenizer_config.json holds it too
