@@ -11,7 +11,7 @@ def eager(model, processor, prompt: str, image=None, new_tokens: int = 10) -> li
     content = [{"type": "image"}] * len(images or []) + [{"type": "text", "text": prompt}]
     text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
     inputs = processor(images=images, text=text, return_tensors="pt", add_special_tokens=False)
-    inputs.pop("pixel_rows", None)  # etmlx's, for its vision encoder (etmlx.multimodal.fixed_grid)
+    inputs.pop("pixel_rows", None)  # etmlx's, for its vision encoder (etmlx.multimodal.qwen_processor)
     with torch.no_grad():
         out = model.generate(**inputs, max_new_tokens=new_tokens, do_sample=False, eos_token_id=[], pad_token_id=0)
     return out[0, inputs["input_ids"].shape[1]:].tolist()

@@ -44,7 +44,8 @@ def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, q
     model's own first N layers and head): a draft written into the same file, for
     speculative decoding from one file (``etmlx.llm.draft``; implies ``verify``).
     ``image_size`` (one side, or (height, width), in pixels): the one size of the images a
-    Qwen2-VL, Qwen2.5-VL or Qwen3-VL export takes (``etmlx.multimodal.fixed_grid``).
+    Qwen2.5-VL export takes; the most pixels (its area) of an image a Qwen2-VL or Qwen3-VL
+    export takes, each at its own shape (``etmlx.multimodal.qwen_processor``).
     ``progress(stage, seconds)`` is told of each stage as it ends.
 
     On Linux with glibc, exporting a GGUF file changes the process's mmap threshold

@@ -57,15 +57,16 @@ def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int =
     """Exports the image-text-to-text model in ``model_dir`` to ``output`` (inside
     ``lowering.deferred.scope()``: quantized weights are computed as they are packed);
     the options as ``etmlx.llm.export.export_llm`` takes them. ``image_size``: (height,
-    width) or one side of the images a Qwen-VL export (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) takes (default:
-    ``fixed_grid.image_size``'s). Returns the ExportResult."""
+    width) or one side of the images a Qwen2.5-VL export takes, or whose pixel count a
+    Qwen2-VL or Qwen3-VL export's images keep within (default: ``qwen_processor.image_size``'s).
+    Returns the ExportResult."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from etmlx.exporter import export_methods
     from etmlx.llm import causal_lm
     from etmlx.llm.checkpoint_files import copy_tokenizer, load_checkpoint, load_processor
 
-    from . import fixed_grid, image_program
+    from . import image_program, qwen_processor
 
     report = progress or (lambda stage, seconds: None)
     started = time.perf_counter()
@@ -76,10 +77,10 @@ def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int =
                           f"it exports {', '.join(MODEL_TYPES)} (and causal LMs, Whisper)")
     embeddings = EMBEDDINGS.get(model_type, True)
     if embeddings == "positioned":
-        config = fixed_grid.preprocessor_config(model_dir)
+        config = qwen_processor.preprocessor_config(model_dir)
         if not config:
             raise ExportError(f"{model_dir}: no readable preprocessor_config.json (the image processor's settings)")
-        image_size = fixed_grid.image_size(config, image_size)
+        image_size = qwen_processor.image_size(config, image_size)
     elif image_size is not None:
         raise ExportError(f"image size {image_size}: a {model_type} export takes the image size its processor makes")
     else:
@@ -116,7 +117,7 @@ def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int =
     destination = os.path.dirname(os.path.abspath(output))
     result.tokenizer_files = copy_tokenizer(model_dir, destination, extra=PROCESSOR_FILES)
     if embeddings == "positioned":
-        fixed_grid.write_image_size(destination, image_size)
+        qwen_processor.write_image_size(destination, image_size, fixed=not encoder.dynamic)
     return result
 
 

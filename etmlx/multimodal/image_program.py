@@ -70,16 +70,18 @@ def vision_encoder(model, image_size: tuple, embeddings=True):
 
 def tokens_per_image(encoder, image_size: tuple) -> int:
     """How many feature rows (placeholder tokens) one image (or tile) of ``image_size``
-    makes: an encoder's ``rows`` where it knows them, else the count it computes."""
-    if getattr(encoder, "rows", None):
-        return encoder.rows
+    makes (at most): an encoder's ``max_rows`` where it knows them, else the count it
+    computes."""
+    if getattr(encoder, "max_rows", None):
+        return encoder.max_rows
     with torch.no_grad():
         return encoder(torch.zeros(1, 3, *image_size)).shape[1]
 
 
 def export_methods(encoder, text, image_size: tuple, max_seq_len: int, embeddings=True, stacked: int = 0) -> dict:
     """``{"vision_encoder": ..., "token_embedding": ...}``: ExportedPrograms of ``encoder``
-    (``vision_encoder``) at ``image_size`` (height, width) and of ``text``'s input
+    (``vision_encoder``) at ``image_size`` (height, width; other sizes too where the
+    encoder has ``dynamic_shapes``) and of ``text``'s input
     embeddings (1 to ``max_seq_len`` tokens), each row followed by ``stacked`` vectors of
     zeros and the channels a ``text_decoder`` of ``embeddings``' kind reads
     (``TOKEN_CHANNELS``)."""
@@ -88,6 +90,7 @@ def export_methods(encoder, text, image_size: tuple, max_seq_len: int, embedding
     embedding = TokenEmbedding(text.get_input_embeddings(), TOKEN_CHANNELS[embeddings], stacked).eval()
     with torch.no_grad():
         return {
-            "vision_encoder": torch.export.export(encoder, (torch.zeros(1, 3, *image_size),)),
+            "vision_encoder": torch.export.export(encoder, (torch.zeros(1, 3, *image_size),),
+                                                  dynamic_shapes=getattr(encoder, "dynamic_shapes", lambda: None)()),
             "token_embedding": torch.export.export(embedding, (tokens,), dynamic_shapes=({1: seq},) if seq else None),
         }

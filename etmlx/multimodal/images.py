@@ -37,10 +37,12 @@ def conversation_prompt(processor, messages: list, images: list) -> tuple:
 def image_rows(inputs):
     """A processor's ``pixel_values`` as ``vision_encoder`` takes them, one image (LLaVA)
     or one tile (Idefics3 and SmolVLM split each image into tiles: ``[1, tiles, 3, H, W]``)
-    a row, in the order of their placeholders (Qwen2.5-VL's patches: the ``pixel_rows``
-    ``fixed_grid.FixedGridProcessor`` adds). A tile the processor padded (its
+    a row, in the order of their placeholders (Qwen's: the ``pixel_rows``
+    ``qwen_processor.QwenVLProcessor`` adds, a list of images of their own sizes). A tile the processor padded (its
     ``pixel_attention_mask``) is refused: the exported encoder computes full tiles only."""
-    pixels = inputs["pixel_rows"] if "pixel_rows" in inputs else inputs["pixel_values"]
+    if "pixel_rows" in inputs:  # Qwen's: each image its own size
+        return inputs["pixel_rows"]
+    pixels = inputs["pixel_values"]
     pixels = pixels.reshape(-1, *pixels.shape[-3:])
     mask = inputs.get("pixel_attention_mask")
     if mask is not None:
@@ -76,12 +78,12 @@ def processor_for(program, folder):
 
 def load_processor(folder):
     """The processor saved in ``folder`` beside a vision-language export: transformers'
-    ``AutoProcessor``, or for the Qwen VL models ``fixed_grid.FixedGridProcessor`` (its images
-    resized to the export's one size)."""
-    from . import fixed_grid
+    ``AutoProcessor``, or for the Qwen VL models ``qwen_processor.QwenVLProcessor`` (no
+    torchvision needed)."""
+    from . import qwen_processor
 
-    if fixed_grid.is_fixed_grid(folder):
-        return fixed_grid.FixedGridProcessor(folder)
+    if qwen_processor.is_qwen(folder):
+        return qwen_processor.QwenVLProcessor(folder)
     from transformers import AutoProcessor
 
     return AutoProcessor.from_pretrained(folder)
@@ -101,7 +103,7 @@ def check_takes_images(program, path) -> None:
 class PromptImages:
     """The image features of a prompt's placeholder tokens (``Session.images``). ``ids``
     is the whole prompt from position 0, ``pixel_values`` its images (or tiles) in order,
-    one batch row each (``image_rows``). A chunk fed at positions that hold placeholders runs through
+    a ``[3, H, W]`` each: batch rows, or a list of images of their own sizes (``image_rows``). A chunk fed at positions that hold placeholders runs through
     ``text_decoder`` with those placeholders' feature rows in their places, wherever the
     chunk starts (a cache that holds the first images already feeds only the rest); every
     other call is ``forward``'s (a placeholder token generated later is embedded as a
@@ -115,10 +117,10 @@ class PromptImages:
         self.program = program
         image_token = int(program.run_method("image_token_id", [])[0])
         encoded = encoded if encoded is not None else []
-        for image in range(len(encoded), pixel_values.shape[0]):  # outputs come back as torch tensors, as given
-            features = program.run_method("vision_encoder", [pixel_values[image:image + 1]])[0]
+        for image in range(len(encoded), len(pixel_values)):  # outputs come back as torch tensors, as given
+            features = program.run_method("vision_encoder", [pixel_values[image][None]])[0]
             encoded.append(features.reshape(-1, features.shape[-1]))
-        self.features = torch.cat(encoded[:pixel_values.shape[0]])
+        self.features = torch.cat(encoded[:len(pixel_values)])
         self.slots = [position for position, token in enumerate(ids) if token == image_token]
         if len(self.slots) != len(self.features):
             raise GenerationError(f"the prompt holds {len(self.slots)} image tokens for {len(self.features)} rows "
@@ -169,7 +171,8 @@ def runner_inputs(ids: list, pixel_values, image_token_id: int) -> list:
             runs.append(ids[start:position])
             start = position
     images = [run for run in runs if run[0] == image_token_id]
-    if len(images) != len(pixel_values) or len({len(run) for run in images}) > 1:
+    one_size = len({tuple(image.shape) for image in pixel_values}) == 1
+    if len(images) != len(pixel_values) or (one_size and len({len(run) for run in images}) > 1):
         raise GenerationError(f"the prompt holds {len(images)} runs of image tokens "
                               f"({', '.join(str(len(run)) for run in images) or 'none'} long) for "
                               f"{len(pixel_values)} images or tiles")

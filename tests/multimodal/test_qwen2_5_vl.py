@@ -103,24 +103,25 @@ def test_windows_of_unequal_sizes_match_transformers(qwen):
     """An image grid the windows do not divide (3 x 5 merged patches, windows of 2 x 2):
     the windows' attentions are computed one by one, and the encoder (exported on its
     own) gives transformers' features for the processor's patches, on both runtimes."""
-    from etmlx.multimodal.fixed_grid import FixedGridProcessor
+    from etmlx.multimodal.qwen_processor import QwenVLProcessor
     from etmlx.multimodal.grid_encoder import GridVisionEncoder
 
     pte, _, model, _, image = qwen
     size = (24, 40)
     encoder = GridVisionEncoder(model, size)
-    assert len(set(torch.tensor(encoder.precomputed["cu_window_seqlens"]).diff().tolist())) > 1
+    assert len(set(torch.tensor(encoder.windows["cu_window_seqlens"]).diff().tolist())) > 1
     path = os.path.join(os.path.dirname(pte), "encoder.pte")
-    processor = FixedGridProcessor(os.path.dirname(pte), image_size=size)
+    processor = QwenVLProcessor(os.path.dirname(pte), image_size=size)
     inputs = processor(images=[rgb(image)], text="<|image_pad|>")
     with torch.no_grad():
         expected = model.model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"]).pooler_output[0]
-    etmlx.export(encoder, (inputs["pixel_rows"],), path)
-    windows = len(encoder.precomputed["cu_window_seqlens"]) - 1
+    pixels = inputs["pixel_rows"][0][None]
+    etmlx.export(encoder, (pixels,), path)
+    windows = len(encoder.windows["cu_window_seqlens"]) - 1
     # one attention a window in the windowed layer, then the full layer's
     assert inspect_program(path)["methods"]["forward"]["delegates"][0]["nodes"].count("Sdpa") == windows + 1
     for runtime in etmlx.RUNTIMES:
-        rows = torch.as_tensor(etmlx.load(path, runtime=runtime).run_method("forward", [inputs["pixel_rows"]])[0])
+        rows = torch.as_tensor(etmlx.load(path, runtime=runtime).run_method("forward", [pixels])[0])
         torch.testing.assert_close(rows[0, :, :-4], expected, rtol=1e-4, atol=1e-5)
         assert rows[0, -1, -4:].tolist() == [0, 2, 4, 5]  # the last row: (0, row, column), advancing 5
 
@@ -135,16 +136,16 @@ HUB = {"patch_size": 14, "merge_size": 2, "min_pixels": 3136, "max_pixels": 1284
     (HUB, 28, "784 pixels, outside the processor's 3136 to 12845056"),
 ])
 def test_image_sizes_the_model_cannot_take_are_refused(config, size, message):
-    from etmlx.multimodal import fixed_grid
+    from etmlx.multimodal import qwen_processor
 
     with pytest.raises(etmlx.ExportError, match=message):
-        fixed_grid.image_size(config, size)
+        qwen_processor.image_size(config, size)
 
 
 def test_the_default_size_is_448_within_the_processor_s_bounds():
-    from etmlx.multimodal import fixed_grid
+    from etmlx.multimodal import qwen_processor
 
-    assert fixed_grid.image_size(HUB) == (448, 448) and fixed_grid.image_size(TINY) == (32, 32)
+    assert qwen_processor.image_size(HUB) == (448, 448) and qwen_processor.image_size(TINY) == (32, 32)
 
 
 def test_a_folder_no_export_wrote_names_what_it_lacks(qwen):
@@ -152,5 +153,5 @@ def test_a_folder_no_export_wrote_names_what_it_lacks(qwen):
     from etmlx.llm.generation import GenerationError
 
     _, _, _, _, image = qwen
-    with pytest.raises(GenerationError, match="names no etmlx_image_size, the size of the images the .pte takes"):
+    with pytest.raises(GenerationError, match="names neither etmlx_image_size nor etmlx_max_pixels, the images the .pte takes"):
         load_processor(os.path.dirname(image))

@@ -48,18 +48,21 @@ def qwen3_vl(tmp_path_factory):
     return pte, Qwen3VLForConditionalGeneration.from_pretrained(folder).eval(), load_processor(os.path.dirname(pte)), image
 
 
-def test_qwen3_vl_deepstack_rows_give_transformers_logits(qwen3_vl):
-    """Two image turns fed as one (the file's longest call, 24, splits them): the last
+def test_qwen3_vl_deepstack_rows_give_transformers_logits(qwen3_vl, tmp_path):
+    """Two image turns fed as one (the file's longest call, 24, splits them), each image at
+    its own size (the processor keeps its shape, within the export's pixels): the last
     logits equal transformers' on both runtimes, and differ from transformers' with the
     deepstack features left out, which the tiny model tells apart: every image row
     carries its two deepstack vectors (a token's are zeros) beside its embedding."""
     pte, model, processor, image = qwen3_vl
     hidden = model.config.text_config.hidden_size
     encoder = inspect_program(pte)["methods"]["vision_encoder"]
-    inputs = processor(images=[rgb(image)] * 2, text=processor.apply_chat_template(
+    wide = vision_language.write_image(tmp_path / "wide.png", seed=3, size=(20, 64))
+    inputs = processor(images=[rgb(image), rgb(wide)], text=processor.apply_chat_template(
         [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "what is in it?"}]}] * 2,
         add_generation_prompt=True))
     tokens, pixels = inputs["input_ids"][0].tolist(), inputs.pop("pixel_rows")
+    assert pixels[0].shape != pixels[1].shape  # (24 x 24 and 8 x 48 pixels)
     with torch.no_grad():
         expected = model(**inputs).logits[0, -1]
         with _without_deepstack(model.model.language_model):
@@ -67,7 +70,7 @@ def test_qwen3_vl_deepstack_rows_give_transformers_logits(qwen3_vl):
     assert (expected - without).abs().max() > 1e-3
     for runtime in etmlx.RUNTIMES:
         program = etmlx.load(pte, runtime=runtime)
-        rows = torch.as_tensor(program.run_method("vision_encoder", [pixels[:1]])[0])
+        rows = torch.as_tensor(program.run_method("vision_encoder", [pixels[0][None]])[0])
         assert rows.shape[-1] == 3 * hidden + 4 and encoder["delegates"]
         session = Session(program)
         session.images = PromptImages(program, pixels, tokens)

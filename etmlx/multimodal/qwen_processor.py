@@ -1,23 +1,28 @@
-"""Qwen2.5-VL's (and Qwen2-VL's, Qwen3-VL's) image preprocessing at the one image size its exported
-vision encoder computes (``grid_encoder``): ``FixedGridProcessor`` makes what transformers'
-``Qwen2_5_VLProcessor`` makes of a prompt, each image first resized to that size.
+"""Qwen's vision-language prompts (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) for an export
+(``grid_encoder``): ``QwenVLProcessor`` makes what transformers' ``Qwen2_5_VLProcessor``
+(``Qwen3VLProcessor``) makes of a prompt, from the folder's tokenizer, image processor and
+chat template: transformers' processor also builds a video processor, which needs
+torchvision.
 
-Qwen's processor resizes each image to its own grid of patches (its aspect ratio kept,
-its pixel count within the processor's bounds); the encoder's window order and rotary
-positions are computed from that grid in Python, so an export fixes one grid, and every
-image is resized to it. Built from the folder's tokenizer, image processor and chat
-template: transformers' processor also builds a video processor, which needs torchvision."""
+Qwen's processor resizes each image to a grid of its own (its aspect ratio kept, its pixel
+count within the processor's bounds). Qwen2-VL's and Qwen3-VL's encoders take any grid,
+up to the export's pixel count, which is written into the copied processor config as its
+upper bound (``MAX_PIXELS_KEY``), so every image keeps its shape. Qwen2.5-VL's windows are
+laid out from the grid in Python, so its export fixes one size (``IMAGE_SIZE_KEY``), and
+every image is resized to it first."""
 
 import json
 import os
 
-IMAGE_SIZE_KEY = "etmlx_image_size"  # (height, width), in the preprocessor_config.json copied beside the .pte
+# In the preprocessor_config.json copied beside the .pte: the one (height, width) of a
+# Qwen2.5-VL export's images, or the most pixels an image of the others' may have
+IMAGE_SIZE_KEY, MAX_PIXELS_KEY = "etmlx_image_size", "etmlx_max_pixels"
 IMAGE_PAD = "<|image_pad|>"
 DEFAULT_SIDE = 448  # pixels: 256 tokens an image at Qwen2.5-VL's 14-pixel patches merged 2 x 2
 MIN_PIXELS, MAX_PIXELS = 56 * 56, 28 * 28 * 1280  # Qwen2VLImageProcessor's bounds where its config names none
 
 
-def is_fixed_grid(folder) -> bool:
+def is_qwen(folder) -> bool:
     """Whether ``folder``'s image processor is Qwen2-VL's (patches merged into a grid)."""
     config = preprocessor_config(folder)
     return str(config.get("image_processor_type", "")).startswith("Qwen2VLImageProcessor")
@@ -31,9 +36,9 @@ def image_size(processor_config: dict, requested=None) -> tuple:
     from etmlx.errors import ExportError
 
     factor = processor_config.get("patch_size", 14) * processor_config.get("merge_size", 2)
-    size = processor_config.get("size") or {}  # else min_pixels and max_pixels (the Hub's files), else the defaults
-    least = size.get("shortest_edge", processor_config.get("min_pixels", MIN_PIXELS))
-    most = size.get("longest_edge", processor_config.get("max_pixels", MAX_PIXELS))
+    size = processor_config.get("size") or {}  # or min_pixels and max_pixels (the Hub's files), else the defaults
+    least = processor_config.get("min_pixels", size.get("shortest_edge", MIN_PIXELS))  # (the processor's order)
+    most = processor_config.get("max_pixels", size.get("longest_edge", MAX_PIXELS))
     if requested is None:
         side = max(factor, min(DEFAULT_SIDE, int(most ** 0.5)) // factor * factor)
         requested = (side, side)
@@ -47,12 +52,13 @@ def image_size(processor_config: dict, requested=None) -> tuple:
     return height, width
 
 
-class FixedGridProcessor:
+class QwenVLProcessor:
     """``apply_chat_template`` and ``__call__`` as ``Qwen2_5_VLProcessor`` has them, for
-    the folder beside an export (``image_size`` read from its preprocessor config): the
-    ids (each ``<|image_pad|>`` repeated once per merged patch), the patches
+    the folder beside an export (its image size or pixel bound read from its preprocessor
+    config): the ids (each ``<|image_pad|>`` repeated once per merged patch), the patches
     (``pixel_values``), ``image_grid_thw`` and ``mm_token_type_ids`` for transformers'
-    model, and ``pixel_rows`` ``[images, 3, H, W]`` for the exported ``vision_encoder``."""
+    model, and ``pixel_rows``, a ``[3, H, W]`` image for each, for the exported
+    ``vision_encoder``. ``image_size``: every image resized to it (else the folder's)."""
 
     def __init__(self, folder, image_size=None):
         from transformers import AutoTokenizer, Qwen2VLImageProcessorPil
@@ -60,12 +66,13 @@ class FixedGridProcessor:
         from etmlx.llm.generation import GenerationError
 
         config = preprocessor_config(folder)
+        if not (image_size or config.get(IMAGE_SIZE_KEY) or config.get(MAX_PIXELS_KEY)):
+            raise GenerationError(f"{folder}: its preprocessor_config.json names neither {IMAGE_SIZE_KEY} nor "
+                                  f"{MAX_PIXELS_KEY}, the images the .pte takes: export the model with etmlx "
+                                  "export-llm, which writes them")
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.image_processor = Qwen2VLImageProcessorPil.from_pretrained(folder)
-        self.image_size = tuple(image_size or config.get(IMAGE_SIZE_KEY) or ())
-        if len(self.image_size) != 2:
-            raise GenerationError(f"{folder}: its preprocessor_config.json names no {IMAGE_SIZE_KEY}, the size of "
-                                  "the images the .pte takes: export the model with etmlx export-llm, which writes it")
+        self.image_size = tuple(image_size or config.get(IMAGE_SIZE_KEY) or ()) or None
         self.chat_template = _chat_template(folder) or self.tokenizer.chat_template
 
     def apply_chat_template(self, messages: list, add_generation_prompt: bool = False) -> str:
@@ -78,32 +85,37 @@ class FixedGridProcessor:
 
         from etmlx.llm.generation import GenerationError
 
-        images = list(images or [])
+        images = [image.convert("RGB") for image in images or []]
         pieces = text.split(IMAGE_PAD)
         if len(pieces) - 1 != len(images):
             raise GenerationError(f"the prompt holds {len(pieces) - 1} {IMAGE_PAD} for {len(images)} images")
-        height, width = self.image_size
         inputs = {}
         if images:
-            resized = [image.convert("RGB").resize((width, height), Image.Resampling.BICUBIC) for image in images]
-            inputs = dict(self.image_processor(images=resized, return_tensors="pt"))
-            merged = int(inputs["image_grid_thw"][0].prod()) // self.image_processor.merge_size ** 2
-            text = (IMAGE_PAD * merged).join(pieces)
-            inputs["pixel_rows"] = self.rows(inputs["pixel_values"], len(images))
+            if self.image_size:
+                height, width = self.image_size
+                images = [image.resize((width, height), Image.Resampling.BICUBIC) for image in images]
+            inputs = dict(self.image_processor(images=images, return_tensors="pt"))
+            grids = inputs["image_grid_thw"]
+            merged = (grids.prod(-1) // self.image_processor.merge_size ** 2).tolist()
+            text = pieces[0] + "".join(IMAGE_PAD * count + piece for count, piece in zip(merged, pieces[1:]))
+            inputs["pixel_rows"] = self.rows(inputs["pixel_values"], grids)
         encoded = self.tokenizer(text, add_special_tokens=add_special_tokens, return_tensors=return_tensors)
         image_token = self.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
         inputs.update(encoded, mm_token_type_ids=(encoded["input_ids"] == image_token).to(torch.int32))
         return inputs
 
-    def rows(self, patches, count: int):
-        """The processor's ``patches`` of ``count`` images back as ``[count, 3, H, W]``:
-        its patchify undone (one of its equal temporal copies kept)."""
-        images, (height, width) = self.image_processor, self.image_size
+    def rows(self, patches, grids) -> list:
+        """The processor's ``patches`` of images of ``grids`` (``image_grid_thw``) back as a
+        ``[3, H, W]`` image each: its patchify undone (one of its equal temporal copies kept)."""
+        images = self.image_processor
         patch, merge, copies = images.patch_size, images.merge_size, images.temporal_patch_size
-        grid = (count, height // patch // merge, width // patch // merge, merge, merge, 3, copies, patch, patch)
-        # (image, rows, columns, row in merge, column in merge, channel, copy, y, x)
-        rows = patches.reshape(grid)[:, :, :, :, :, :, 0].permute(0, 5, 1, 3, 6, 2, 4, 7)
-        return rows.reshape(count, 3, height, width)
+        rows = []
+        for image, (_, height, width) in zip(patches.split(grids.prod(-1).tolist()), grids.tolist()):
+            grid = (height // merge, width // merge, merge, merge, 3, copies, patch, patch)
+            # (rows, columns, row in merge, column in merge, channel, copy, y, x)
+            image = image.reshape(grid)[:, :, :, :, :, 0].permute(4, 0, 2, 5, 1, 3, 6)
+            rows.append(image.reshape(3, height * patch, width * patch))
+        return rows
 
 
 def preprocessor_config(folder) -> dict:
@@ -128,9 +140,18 @@ def _chat_template(folder):
     return None
 
 
-def write_image_size(folder, size: tuple) -> None:
-    """Records ``size`` in ``folder``'s preprocessor_config.json (a copy beside an export)."""
+def write_image_size(folder, size: tuple, fixed: bool) -> None:
+    """Records the images an export of ``size`` (height, width) takes in ``folder``'s
+    preprocessor_config.json (a copy beside it): that size (``fixed``), else as many pixels
+    at most, the processor's own upper bound lowered to it."""
     config = preprocessor_config(folder)
-    config[IMAGE_SIZE_KEY] = list(size)
+    if fixed:
+        config[IMAGE_SIZE_KEY] = list(size)
+    else:
+        config[MAX_PIXELS_KEY] = size[0] * size[1]
+        config["size"] = {**(config.get("size") or {}), "longest_edge": size[0] * size[1]}
+        config["size"].setdefault("shortest_edge", config.get("min_pixels", MIN_PIXELS))
+        if "max_pixels" in config:  # (which the processor reads before its size)
+            config["max_pixels"] = size[0] * size[1]
     with open(os.path.join(os.fspath(folder), "preprocessor_config.json"), "w") as f:
         json.dump(config, f, indent=2)
