@@ -155,7 +155,7 @@ def main() -> None:
         etmlx.export_llm(folder, pte, **({"image_size": image_size} if args.family == "qwen3_vl" else {}))
         exported = time.perf_counter() - started
         processor = load_processor(os.path.dirname(pte))  # (Qwen's: at the export's image size)
-        image = read_image(write_image(os.path.join(directory, "image.png")))
+        image = read_image(write_image(os.path.join(directory, "image.png"), size=(image_size, image_size)))
         turn = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": QUESTION}]}]
         inputs = dict(processor(images=[image], text=processor.apply_chat_template(turn, add_generation_prompt=True),
                                 return_tensors="pt", add_special_tokens=False))

@@ -117,7 +117,7 @@ def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int =
     destination = os.path.dirname(os.path.abspath(output))
     result.tokenizer_files = copy_tokenizer(model_dir, destination, extra=PROCESSOR_FILES)
     if embeddings == "positioned":
-        qwen_processor.write_image_size(destination, image_size, fixed=not encoder.dynamic)
+        qwen_processor.write_max_pixels(destination, image_size)
     return result
 
 

@@ -1,5 +1,5 @@
-"""The vision encoder of a Qwen2-VL, Qwen2.5-VL or Qwen3-VL export (``export``), at one
-image size.
+"""The vision encoder of a Qwen2-VL, Qwen2.5-VL or Qwen3-VL export (``export``), for
+images of any size (each side a multiple of a merged patch) up to a number of pixels.
 
 ``vision_encoder(pixel_values [1, 3, H, W]) -> rows [1, n, hidden * (1 + k) + 4]``: the
 image cut into patches as Qwen's processor cuts it (``qwen_processor.QwenVLProcessor``
@@ -11,12 +11,12 @@ place it in the text model's three-dimensional RoPE
 height and width from the image's first position, and how many positions it advances
 the text after it (0, but the last row: the larger side of the merged grid).
 
-The transformer's window order, window and image boundaries, rotary positions and
-(Qwen3-VL) the resampling of its learned position grid depend on the grid only;
-transformers computes them in Python (``vision_utils``), so they are computed here once
-for the export's grid and handed to the model as its precomputed keyword arguments. Its
-attention within windows is ``window_attention``: transformers' own splits each window
-off by boundaries it reads from a tensor, which a trace cannot."""
+The transformer's rotary positions, attention windows and image bounds, and (Qwen3-VL) the
+resampling of its learned position grid depend on the grid only; transformers computes
+them in Python (``vision_utils``) from the grid's sizes, which a trace of any size does not
+know. Here they are graph operations on the image's height and width, handed to the
+model as its precomputed keyword arguments; its attention is ``window_attention``, which
+transformers hands the window layout (``Windows``) as it was given."""
 
 import torch
 from transformers import AttentionInterface
@@ -24,15 +24,15 @@ from transformers import AttentionInterface
 from etmlx.errors import ExportError
 from etmlx.llm.attention_probe import attention_implementation
 
-# "flash" in the name: transformers then hands attention the window boundaries, as given
+# "flash" in the name: transformers then hands attention the window layout, as given
 ATTENTION = "etmlx_flash_windows"
 
 
 class GridVisionEncoder(torch.nn.Module):
-    """``vision_encoder`` of Qwen's vision transformer and merger. ``image_size``: (height,
-    width); Qwen2.5-VL's encoder takes images of that size only (its windows are laid out
-    in Python); the others take any size up to its area (``dynamic``), which the
-    processor's own resize then keeps to (``max_rows`` tokens at most)."""
+    """``vision_encoder`` of Qwen's vision transformer and merger, for images whose sides
+    are multiples of a merged patch, as many of them as an image of ``image_size``
+    (height, width) has at most (``max_rows``): the processor's own resize keeps each
+    image's shape within that area."""
 
     def __init__(self, model, image_size: tuple):
         super().__init__()
@@ -40,27 +40,15 @@ class GridVisionEncoder(torch.nn.Module):
         config = self.visual.config
         self.patch, self.merge, self.copies = config.patch_size, config.spatial_merge_size, config.temporal_patch_size
         self.unit = self.patch * self.merge  # pixels a side of a merged patch
-        height, width = image_size
-        self.windows = {}
-        if getattr(config, "window_size", None):  # Qwen2.5-VL (the others attend over the whole image)
-            from transformers.vision_utils import get_vision_window_index
-
-            grid = torch.tensor([[1, height // self.patch, width // self.patch]])
-            window_index, cu_window_seqlens = get_vision_window_index(
-                grid, spatial_merge_size=self.merge, window_size=config.window_size, patch_size=self.patch)
-            windows = tuple(cu_window_seqlens.tolist())
-            self.windows = dict(window_index=window_index, cu_window_seqlens=windows,
-                                max_window_seqlen=max(b - a for a, b in zip(windows, windows[1:])))
-        self.dynamic = not self.windows
-        self.max_rows = height * width // self.unit ** 2  # an image's tokens, at most
+        # Qwen2.5-VL's windows: merged patches a side (the others attend over the whole image)
+        self.window = config.window_size // self.unit if getattr(config, "window_size", None) else None
+        self.max_rows = image_size[0] * image_size[1] // self.unit ** 2  # an image's tokens, at most
 
     def dynamic_shapes(self):
         """torch.export's shapes of ``forward``'s pixels: any multiple of a merged patch
-        each side, up to ``max_rows`` of them (None: the one size)."""
+        each side, up to ``max_rows`` of them."""
         from torch.export import Dim
 
-        if not self.dynamic:
-            return None
         rows, columns = Dim("rows", min=1, max=self.max_rows), Dim("columns", min=1, max=self.max_rows)
         return ({2: self.unit * rows, 3: self.unit * columns},)
 
@@ -70,7 +58,9 @@ class GridVisionEncoder(torch.nn.Module):
         y, x = _patch_positions(rows, columns, self.merge)
         patches = rows * columns * self.merge ** 2
         # What transformers would compute from the grid in Python, as graph operations
-        grid = dict(position_ids=torch.stack([y, x], -1), cu_seqlens=(0, patches), max_seqlen=patches, **self.windows)
+        grid = dict(position_ids=torch.stack([y, x], -1), cu_seqlens=(0, patches), max_seqlen=patches)
+        if self.window:
+            grid.update(Windows(rows, columns, self.window, self.merge ** 2).arguments())
         if hasattr(self.visual, "num_grid_per_side"):  # Qwen3-VL: a learned position grid, resampled to the image's
             grid.update(self._resampled_positions(y, x, rows * self.merge, columns * self.merge))
         with attention_implementation(self.visual, ATTENTION):
@@ -130,20 +120,59 @@ def placement(rows, columns):
     return torch.stack([torch.zeros_like(row), row, column, advance], -1).float()
 
 
+class Windows:
+    """Qwen2.5-VL's attention windows over a grid of ``rows`` x ``columns`` merged patches
+    (sizes that may be symbolic), each ``side`` x ``side`` merged patches of ``merged``
+    patches, those at the right and bottom edges cut short. transformers orders the
+    patches window by window (``window_index``: windows in raster order, each its merged
+    patches in raster order) and attends within each, of lengths it reads from the grid in
+    Python; here every window is padded to the full length (with copies of a patch), and
+    all attend in one batched call whose mask leaves the padding out: the same softmax
+    over the same keys."""
+
+    def __init__(self, rows, columns, side: int, merged: int):
+        row = torch.arange(rows)[:, None].expand(rows, columns).reshape(-1)
+        column = torch.arange(columns)[None, :].expand(rows, columns).reshape(-1)
+        across = (columns + side - 1) // side  # windows in a row of them
+        self.count = (rows + side - 1) // side * across
+        self.length = side * side * merged  # patches in a full window
+        # each merged patch's slot in the padded windows, whose order is transformers'
+        slot = ((row // side) * across + column // side) * side * side + (row % side) * side + column % side
+        slots, self.window_index = torch.sort(slot)
+        # each patch's slot (the sequence is in window order); each slot's patch, and whether it has one
+        self.slots = (slots[:, None] * merged + torch.arange(merged)).reshape(-1)
+        empty = torch.zeros(self.count * self.length, dtype=torch.long)
+        self.patch_of_slot = empty.index_put((self.slots,), torch.arange(rows * columns * merged))
+        self.real = (empty > 0).index_put((self.slots,), torch.ones_like(self.slots, dtype=torch.bool))
+
+    def arguments(self) -> dict:
+        """The window keyword arguments of transformers' vision transformer: ``window_index``,
+        and this layout where it takes the windows' boundaries (``window_attention`` reads it)."""
+        return dict(window_index=self.window_index, cu_window_seqlens=self, max_window_seqlen=self.length)
+
+    def attend(self, query, key, value, scaling):
+        """``[1, heads, n, head_dim]`` each, in window order -> ``[1, n, heads, head_dim]``."""
+        _, heads, _, width = query.shape
+
+        def windowed(t):  # [windows, heads, window length, head_dim]; padding: a patch the mask leaves out
+            padded = torch.index_select(t, 2, self.patch_of_slot)
+            return padded.reshape(heads, self.count, self.length, width).transpose(0, 1)
+
+        real = self.real.reshape(self.count, 1, 1, self.length)
+        out = torch.nn.functional.scaled_dot_product_attention(*map(windowed, (query, key, value)), attn_mask=real,
+                                                               scale=scaling)
+        out = torch.index_select(out.transpose(0, 1).reshape(heads, self.count * self.length, width), 1, self.slots)
+        return out.transpose(0, 1)[None]
+
+
 def window_attention(module, query, key, value, attention_mask=None, scaling=None, cu_seq_lens_q=None, **kwargs):
-    """Attention of ``query``, ``key``, ``value`` ``[1, heads, n, head_dim]`` within each
-    window that the boundaries ``cu_seq_lens_q`` (Python ints: ``GridVisionEncoder``'s)
-    delimit, as ``[1, n, heads, head_dim]``: windows of one length in one batched call
-    (the fused kernel), others one call each."""
-    _, heads, length, width = query.shape
-    lengths = [end - start for start, end in zip(cu_seq_lens_q, cu_seq_lens_q[1:])]
-    attend = torch.nn.functional.scaled_dot_product_attention
-    if len(lengths) == 1 or len(set(lengths)) == 1:  # (one window: its length may be symbolic)
-        windows = [t.reshape(heads, len(lengths), lengths[0], width).transpose(0, 1) for t in (query, key, value)]
-        return attend(*windows, scale=scaling).transpose(1, 2).reshape(1, length, heads, width), None
-    outputs = [attend(*(t[:, :, start:end] for t in (query, key, value)), scale=scaling)
-               for start, end in zip(cu_seq_lens_q, cu_seq_lens_q[1:])]
-    return torch.cat(outputs, 2).transpose(1, 2), None
+    """Attention of ``query``, ``key``, ``value`` ``[1, heads, n, head_dim]`` within the
+    windows ``cu_seq_lens_q`` lays out (``Windows``), or over all of them (``(0, n)``), as
+    ``[1, n, heads, head_dim]``."""
+    if isinstance(cu_seq_lens_q, Windows):
+        return cu_seq_lens_q.attend(query, key, value, scaling), None
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, scale=scaling)
+    return out.transpose(1, 2), None
 
 
 AttentionInterface.register(ATTENTION, window_attention)

@@ -5,18 +5,17 @@ chat template: transformers' processor also builds a video processor, which need
 torchvision.
 
 Qwen's processor resizes each image to a grid of its own (its aspect ratio kept, its pixel
-count within the processor's bounds). Qwen2-VL's and Qwen3-VL's encoders take any grid,
-up to the export's pixel count, which is written into the copied processor config as its
-upper bound (``MAX_PIXELS_KEY``), so every image keeps its shape. Qwen2.5-VL's windows are
-laid out from the grid in Python, so its export fixes one size (``IMAGE_SIZE_KEY``), and
-every image is resized to it first."""
+count within the processor's bounds). The exported encoders take any grid up to the
+export's pixel count, which is written into the copied processor config as its upper
+bound (``MAX_PIXELS_KEY``), so every image keeps its shape."""
 
 import json
 import os
 
-# In the preprocessor_config.json copied beside the .pte: the one (height, width) of a
-# Qwen2.5-VL export's images, or the most pixels an image of the others' may have
-IMAGE_SIZE_KEY, MAX_PIXELS_KEY = "etmlx_image_size", "etmlx_max_pixels"
+# In the preprocessor_config.json copied beside the .pte: the most pixels its images may
+# have; or (a Qwen2.5-VL file of etmlx before it took images at their own shapes) the one
+# (height, width) its images are resized to
+MAX_PIXELS_KEY, IMAGE_SIZE_KEY = "etmlx_max_pixels", "etmlx_image_size"
 IMAGE_PAD = "<|image_pad|>"
 DEFAULT_SIDE = 448  # pixels: 256 tokens an image at Qwen2.5-VL's 14-pixel patches merged 2 x 2
 MIN_PIXELS, MAX_PIXELS = 56 * 56, 28 * 28 * 1280  # Qwen2VLImageProcessor's bounds where its config names none
@@ -66,10 +65,10 @@ class QwenVLProcessor:
         from etmlx.llm.generation import GenerationError
 
         config = preprocessor_config(folder)
-        if not (image_size or config.get(IMAGE_SIZE_KEY) or config.get(MAX_PIXELS_KEY)):
-            raise GenerationError(f"{folder}: its preprocessor_config.json names neither {IMAGE_SIZE_KEY} nor "
-                                  f"{MAX_PIXELS_KEY}, the images the .pte takes: export the model with etmlx "
-                                  "export-llm, which writes them")
+        if not (image_size or config.get(MAX_PIXELS_KEY) or config.get(IMAGE_SIZE_KEY)):
+            raise GenerationError(f"{folder}: its preprocessor_config.json names no {MAX_PIXELS_KEY}, the most pixels "
+                                  "of the images the .pte takes: export the model with etmlx export-llm, which "
+                                  "writes it")
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.image_processor = Qwen2VLImageProcessorPil.from_pretrained(folder)
         self.image_size = tuple(image_size or config.get(IMAGE_SIZE_KEY) or ()) or None
@@ -140,18 +139,16 @@ def _chat_template(folder):
     return None
 
 
-def write_image_size(folder, size: tuple, fixed: bool) -> None:
-    """Records the images an export of ``size`` (height, width) takes in ``folder``'s
-    preprocessor_config.json (a copy beside it): that size (``fixed``), else as many pixels
-    at most, the processor's own upper bound lowered to it."""
+def write_max_pixels(folder, size: tuple) -> None:
+    """Records in ``folder``'s preprocessor_config.json (a copy beside an export) that its
+    images have at most the pixels of ``size`` (height, width): the processor's own upper
+    bound lowered to that, and ``MAX_PIXELS_KEY``."""
     config = preprocessor_config(folder)
-    if fixed:
-        config[IMAGE_SIZE_KEY] = list(size)
-    else:
-        config[MAX_PIXELS_KEY] = size[0] * size[1]
-        config["size"] = {**(config.get("size") or {}), "longest_edge": size[0] * size[1]}
-        config["size"].setdefault("shortest_edge", config.get("min_pixels", MIN_PIXELS))
-        if "max_pixels" in config:  # (which the processor reads before its size)
-            config["max_pixels"] = size[0] * size[1]
+    pixels = size[0] * size[1]
+    config[MAX_PIXELS_KEY] = pixels
+    config["size"] = {"shortest_edge": config.get("min_pixels", MIN_PIXELS), **(config.get("size") or {}),
+                      "longest_edge": pixels}
+    if "max_pixels" in config:  # (which the processor reads before its size)
+        config["max_pixels"] = pixels
     with open(os.path.join(os.fspath(folder), "preprocessor_config.json"), "w") as f:
         json.dump(config, f, indent=2)
