@@ -45,7 +45,8 @@ def etmlx_rows(pte, ids, pixel_values, repeats: int) -> list:
             session.images = PromptImages(program, pixel_values, ids)
             return int(np.argmax(session.feed(ids)))
 
-        encode = best_of(repeats, lambda: np.asarray(program.run_method("vision_encoder", [pixel_values])[0]))
+        image = pixel_values[0][None]  # [1, 3, H, W]
+        encode = best_of(repeats, lambda: np.asarray(program.run_method("vision_encoder", [image])[0]))
         rows.append((f"etmlx ({runtime})", encode[0], *best_of(repeats, first_token)))
     return rows
 
