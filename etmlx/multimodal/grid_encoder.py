@@ -18,6 +18,8 @@ know. Here they are graph operations on the image's height and width, handed to 
 model as its precomputed keyword arguments; its attention is ``window_attention``, which
 transformers hands the window layout (``Windows``) as it was given."""
 
+import math
+
 import torch
 from transformers import AttentionInterface
 
@@ -26,13 +28,14 @@ from etmlx.llm.attention_probe import attention_implementation
 
 # "flash" in the name: transformers then hands attention the window layout, as given
 ATTENTION = "etmlx_flash_windows"
+MAX_ASPECT = 16  # the longest image an encoder takes, as a multiple of its height (``longest_side``)
 
 
 class GridVisionEncoder(torch.nn.Module):
     """``vision_encoder`` of Qwen's vision transformer and merger, for images whose sides
     are multiples of a merged patch, as many of them as an image of ``image_size``
     (height, width) has at most (``max_rows``): the processor's own resize keeps each
-    image's shape within that area."""
+    image's shape within that area (``longest_side`` of them a side at most)."""
 
     def __init__(self, model, image_size: tuple):
         super().__init__()
@@ -46,10 +49,11 @@ class GridVisionEncoder(torch.nn.Module):
 
     def dynamic_shapes(self):
         """torch.export's shapes of ``forward``'s pixels: any multiple of a merged patch
-        each side, up to ``max_rows`` of them."""
+        each side, up to ``longest_side(max_rows)`` of them."""
         from torch.export import Dim
 
-        rows, columns = Dim("rows", min=1, max=self.max_rows), Dim("columns", min=1, max=self.max_rows)
+        side = longest_side(self.max_rows)
+        rows, columns = Dim("rows", min=1, max=side), Dim("columns", min=1, max=side)
         return ({2: self.unit * rows, 3: self.unit * columns},)
 
     def forward(self, pixel_values):
@@ -99,6 +103,14 @@ class GridVisionEncoder(torch.nn.Module):
         grid = grid.permute(1, 4, 2, 5, 0, 3, 6)[:, :, :, :, :, None]  # (rows, columns, y, x, channel, copy, py, px)
         grid = grid.expand(*grid.shape[:5], self.copies, patch, patch)
         return grid.reshape(-1, channels * self.copies * patch * patch).to(self.visual.dtype)
+
+
+def longest_side(max_rows: int) -> int:
+    """The most merged patches a side of an image of at most ``max_rows`` of them may
+    have: ExecuTorch plans an encoder's input and output at the largest sides together
+    (sides up to ``max_rows`` would plan ``max_rows`` squared rows), so a side is bounded
+    to keep that within ``MAX_ASPECT`` times ``max_rows``: images up to that aspect ratio."""
+    return min(max_rows, math.isqrt(MAX_ASPECT * max_rows))
 
 
 def _patch_positions(rows, columns, merge: int) -> tuple:

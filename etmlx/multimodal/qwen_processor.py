@@ -72,6 +72,7 @@ class QwenVLProcessor:
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.image_processor = Qwen2VLImageProcessorPil.from_pretrained(folder)
         self.image_size = tuple(image_size or config.get(IMAGE_SIZE_KEY) or ()) or None
+        self.max_pixels = config.get(MAX_PIXELS_KEY)
         self.chat_template = _chat_template(folder) or self.tokenizer.chat_template
 
     def apply_chat_template(self, messages: list, add_generation_prompt: bool = False) -> str:
@@ -95,6 +96,7 @@ class QwenVLProcessor:
                 images = [image.resize((width, height), Image.Resampling.BICUBIC) for image in images]
             inputs = dict(self.image_processor(images=images, return_tensors="pt"))
             grids = inputs["image_grid_thw"]
+            self._check_sides(grids, images)
             merged = (grids.prod(-1) // self.image_processor.merge_size ** 2).tolist()
             text = pieces[0] + "".join(IMAGE_PAD * count + piece for count, piece in zip(merged, pieces[1:]))
             inputs["pixel_rows"] = self.rows(inputs["pixel_values"], grids)
@@ -102,6 +104,22 @@ class QwenVLProcessor:
         image_token = self.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
         inputs.update(encoded, mm_token_type_ids=(encoded["input_ids"] == image_token).to(torch.int32))
         return inputs
+
+    def _check_sides(self, grids, images: list) -> None:
+        """A GenerationError for an image the processor made longer a side (in merged
+        patches) than the export's encoder takes (``grid_encoder.longest_side``)."""
+        from etmlx.llm.generation import GenerationError
+
+        from .grid_encoder import MAX_ASPECT, longest_side
+
+        merge = self.image_processor.merge_size
+        most = self.max_pixels // (self.image_processor.patch_size * merge) ** 2 if self.max_pixels else None
+        for image, (_, height, width) in zip(images, grids.tolist()):
+            if most and max(height, width) // merge > longest_side(most):
+                raise GenerationError(f"a {image.width} x {image.height} image: the processor makes it "
+                                      f"{height // merge} x {width // merge} merged patches, and the export takes at "
+                                      f"most {longest_side(most)} a side (an aspect ratio up to about {MAX_ASPECT}): "
+                                      "crop it, or export with a larger --image-size")
 
     def rows(self, patches, grids) -> list:
         """The processor's ``patches`` of images of ``grids`` (``image_grid_thw``) back as a

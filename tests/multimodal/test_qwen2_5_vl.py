@@ -118,6 +118,23 @@ def test_windows_cut_short_at_the_edges_match_transformers(qwen, size, last):
         assert rows[0, -1, -4:].tolist() == last
 
 
+def test_an_image_longer_than_the_encoder_takes_is_refused(qwen, tmp_path):
+    """The encoder's sides are bounded (ExecuTorch plans its input and output at the
+    largest of both): an image the processor makes longer than that, one error."""
+    import shutil
+
+    from PIL import Image
+
+    from etmlx.llm.generation import GenerationError
+    from etmlx.multimodal.qwen_processor import write_max_pixels
+
+    pte = qwen[0]
+    shutil.copytree(os.path.dirname(pte), tmp_path, ignore=shutil.ignore_patterns("*.pte"), dirs_exist_ok=True)
+    write_max_pixels(tmp_path, (64, 64))  # 64 merged patches of 8 x 8 pixels: 32 a side at most
+    with pytest.raises(GenerationError, match="makes it 1 x 90 merged patches, and the export takes at most 32 a side"):
+        load_processor(tmp_path)(images=[Image.new("RGB", (1024, 8))], text="<|image_pad|>")
+
+
 TINY = {"patch_size": 4, "merge_size": 2, "size": {"shortest_edge": 256, "longest_edge": 1024}}
 HUB = {"patch_size": 14, "merge_size": 2, "min_pixels": 3136, "max_pixels": 12845056}  # Qwen2.5-VL's on the Hub
 
