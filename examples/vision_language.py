@@ -173,8 +173,8 @@ def tiny_qwen2_5_vl_checkpoint(directory, seed: int = 0, patch: int = 4, scale: 
         vision_config=vision_sizes, text_config=text_sizes, image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
         vision_end_token_id=ids["<|vision_end|>"])
-    images = Qwen2VLImageProcessorPil(size={"shortest_edge": 16 * patch ** 2, "longest_edge": largest ** 2 * patch ** 2},
-                                      patch_size=patch, merge_size=2, temporal_patch_size=2)
+    pixels = {"shortest_edge": 16 * patch ** 2, "longest_edge": largest ** 2 * patch ** 2}
+    images = Qwen2VLImageProcessorPil(size=pixels, patch_size=patch, merge_size=2, temporal_patch_size=2)
     template = CHAT_TEMPLATE.replace("<image>", "<|vision_start|><|image_pad|><|vision_end|>")
     tokenizer.chat_template = template  # as Qwen2.5-VL's tokenizer_config.json holds it too
     _saved(getattr(transformers, f"{family}ForConditionalGeneration"), config, tokenizer, directory, seed, scale)

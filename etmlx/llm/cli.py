@@ -45,9 +45,9 @@ def add_commands(commands) -> None:
     drafts.add_argument("--draft-layers", type=_positive, metavar="N", help="also write a draft of the model's own "
                         "first N layers and head (its weights stored once), for generate and chat --speculative; "
                         "implies --verify")
-    export.add_argument("--image-size", type=_image_size, metavar="SIDE|HxW", help="a Qwen VL export's images, "
-                        "in pixels: the size every image is resized to (Qwen2.5-VL), or the area each image's own "
-                        "shape is kept within (Qwen2-VL, Qwen3-VL); default 448x448 within the processor's bounds")
+    export.add_argument("--image-size", type=_image_size, metavar="SIDE|HxW", help="the most pixels of an image, "
+                        "as an area, for a Qwen2-VL, Qwen2.5-VL or Qwen3-VL export: each image keeps its own shape "
+                        "within it (default: 448x448 within the processor's bounds)")
     export.set_defaults(handler=_export_llm)
 
     for name, helps in (("generate", "generate text from a prompt"), ("chat", "a conversation on stdin, "

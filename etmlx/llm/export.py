@@ -43,9 +43,9 @@ def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, q
     ``draft`` (a checkpoint folder of the same tokenizer) or ``draft_layers`` (N: the
     model's own first N layers and head): a draft written into the same file, for
     speculative decoding from one file (``etmlx.llm.draft``; implies ``verify``).
-    ``image_size`` (one side, or (height, width), in pixels): the one size of the images a
-    Qwen2.5-VL export takes; the most pixels (its area) of an image a Qwen2-VL or Qwen3-VL
-    export takes, each at its own shape (``etmlx.multimodal.qwen_processor``).
+    ``image_size`` (one side, or (height, width), in pixels): the most pixels (its area) of
+    an image a Qwen2-VL, Qwen2.5-VL or Qwen3-VL export takes, each at its own shape
+    (``etmlx.multimodal.qwen_processor``).
     ``progress(stage, seconds)`` is told of each stage as it ends.
 
     On Linux with glibc, exporting a GGUF file changes the process's mmap threshold

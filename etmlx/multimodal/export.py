@@ -57,9 +57,8 @@ def export_image_text(model_dir, output, *, max_context=None, max_seq_len: int =
     """Exports the image-text-to-text model in ``model_dir`` to ``output`` (inside
     ``lowering.deferred.scope()``: quantized weights are computed as they are packed);
     the options as ``etmlx.llm.export.export_llm`` takes them. ``image_size``: (height,
-    width) or one side of the images a Qwen2.5-VL export takes, or whose pixel count a
-    Qwen2-VL or Qwen3-VL export's images keep within (default: ``qwen_processor.image_size``'s).
-    Returns the ExportResult."""
+    width) or one side of the image whose pixel count a Qwen VL export's images keep
+    within (default: ``qwen_processor.image_size``'s). Returns the ExportResult."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from etmlx.exporter import export_methods

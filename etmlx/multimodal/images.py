@@ -38,8 +38,9 @@ def image_rows(inputs):
     """A processor's ``pixel_values`` as ``vision_encoder`` takes them, one image (LLaVA)
     or one tile (Idefics3 and SmolVLM split each image into tiles: ``[1, tiles, 3, H, W]``)
     a row, in the order of their placeholders (Qwen's: the ``pixel_rows``
-    ``qwen_processor.QwenVLProcessor`` adds, a list of images of their own sizes). A tile the processor padded (its
-    ``pixel_attention_mask``) is refused: the exported encoder computes full tiles only."""
+    ``qwen_processor.QwenVLProcessor`` adds, a list of images of their own sizes). A tile
+    the processor padded (its ``pixel_attention_mask``) is refused: the exported encoder
+    computes full tiles only."""
     if "pixel_rows" in inputs:  # Qwen's: each image its own size
         return inputs["pixel_rows"]
     pixels = inputs["pixel_values"]
@@ -103,7 +104,8 @@ def check_takes_images(program, path) -> None:
 class PromptImages:
     """The image features of a prompt's placeholder tokens (``Session.images``). ``ids``
     is the whole prompt from position 0, ``pixel_values`` its images (or tiles) in order,
-    a ``[3, H, W]`` each: batch rows, or a list of images of their own sizes (``image_rows``). A chunk fed at positions that hold placeholders runs through
+    a ``[3, H, W]`` each: batch rows, or a list of images of their own sizes
+    (``image_rows``). A chunk fed at positions that hold placeholders runs through
     ``text_decoder`` with those placeholders' feature rows in their places, wherever the
     chunk starts (a cache that holds the first images already feeds only the rest); every
     other call is ``forward``'s (a placeholder token generated later is embedded as a

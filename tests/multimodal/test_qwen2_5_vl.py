@@ -162,5 +162,5 @@ def test_a_folder_no_export_wrote_names_what_it_lacks(qwen):
     from etmlx.llm.generation import GenerationError
 
     _, _, _, _, image = qwen
-    with pytest.raises(GenerationError, match="names no etmlx_max_pixels, the most pixels of the images the .pte takes"):
+    with pytest.raises(GenerationError, match="names no etmlx_max_pixels, the most pixels of the images the .pte"):
         load_processor(os.path.dirname(image))

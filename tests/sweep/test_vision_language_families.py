@@ -45,7 +45,8 @@ def qwen3_vl(tmp_path_factory):
     pte = os.path.join(tmp_path_factory.mktemp("exported"), "qwen3_vl.pte")
     assert etmlx.export_llm(folder, pte, max_seq_len=24, max_context=160, image_size=(32, 24)).report.fully_delegated
     image = vision_language.write_image(os.path.join(folder, "image.png"))
-    return pte, Qwen3VLForConditionalGeneration.from_pretrained(folder).eval(), load_processor(os.path.dirname(pte)), image
+    model = Qwen3VLForConditionalGeneration.from_pretrained(folder).eval()
+    return pte, model, load_processor(os.path.dirname(pte)), image
 
 
 def test_qwen3_vl_deepstack_rows_give_transformers_logits(qwen3_vl, tmp_path):
