@@ -18,24 +18,23 @@ know. Here they are graph operations on the image's height and width, handed to 
 model as its precomputed keyword arguments; its attention is ``window_attention``, which
 transformers hands the window layout (``Windows``) as it was given."""
 
-import math
-
 import torch
 from transformers import AttentionInterface
 
 from etmlx.errors import ExportError
 from etmlx.llm.attention_probe import attention_implementation
 
+from .qwen_processor import longest_side
+
 # "flash" in the name: transformers then hands attention the window layout, as given
 ATTENTION = "etmlx_flash_windows"
-MAX_ASPECT = 16  # the longest image an encoder takes, as a multiple of its height (``longest_side``)
 
 
 class GridVisionEncoder(torch.nn.Module):
     """``vision_encoder`` of Qwen's vision transformer and merger, for images whose sides
     are multiples of a merged patch, as many of them as an image of ``image_size``
     (height, width) has at most (``max_rows``): the processor's own resize keeps each
-    image's shape within that area (``longest_side`` of them a side at most)."""
+    image's shape within that area (``qwen_processor.longest_side`` of them a side at most)."""
 
     def __init__(self, model, image_size: tuple):
         super().__init__()
@@ -105,14 +104,6 @@ class GridVisionEncoder(torch.nn.Module):
         return grid.reshape(-1, channels * self.copies * patch * patch).to(self.visual.dtype)
 
 
-def longest_side(max_rows: int) -> int:
-    """The most merged patches a side of an image of at most ``max_rows`` of them may
-    have: ExecuTorch plans an encoder's input and output at the largest sides together
-    (sides up to ``max_rows`` would plan ``max_rows`` squared rows), so a side is bounded
-    to keep that within ``MAX_ASPECT`` times ``max_rows``: images up to that aspect ratio."""
-    return min(max_rows, math.isqrt(MAX_ASPECT * max_rows))
-
-
 def _patch_positions(rows, columns, merge: int) -> tuple:
     """(row, column) of each patch of a grid of ``rows`` x ``columns`` merged patches, in
     the processor's order (merged patches in raster order, each its merge x merge patches)."""
@@ -121,12 +112,17 @@ def _patch_positions(rows, columns, merge: int) -> tuple:
     return (y.expand(rows, columns, merge, merge).reshape(-1), x.expand(rows, columns, merge, merge).reshape(-1))
 
 
+def _raster(rows, columns) -> tuple:
+    """(row, column) of each cell of a ``rows`` x ``columns`` grid, in raster order."""
+    return (torch.arange(rows)[:, None].expand(rows, columns).reshape(-1),
+            torch.arange(columns)[None, :].expand(rows, columns).reshape(-1))
+
+
 def placement(rows, columns):
     """``[rows * columns, 4]``: each merged patch's (0, row, column) offsets, and the
     positions the image advances on its last row (Qwen2.5-VL's ``get_rope_index``: the
     text after an image starts past the larger side of its grid). Sizes may be symbolic."""
-    row = torch.arange(rows)[:, None].expand(rows, columns).reshape(-1)
-    column = torch.arange(columns)[None, :].expand(rows, columns).reshape(-1)
+    row, column = _raster(rows, columns)
     larger = torch.maximum(torch.scalar_tensor(rows, dtype=torch.long), torch.scalar_tensor(columns, dtype=torch.long))
     advance = torch.cat([torch.zeros(rows * columns - 1, dtype=torch.long), larger[None]])
     return torch.stack([torch.zeros_like(row), row, column, advance], -1).float()
@@ -143,8 +139,7 @@ class Windows:
     over the same keys."""
 
     def __init__(self, rows, columns, side: int, merged: int):
-        row = torch.arange(rows)[:, None].expand(rows, columns).reshape(-1)
-        column = torch.arange(columns)[None, :].expand(rows, columns).reshape(-1)
+        row, column = _raster(rows, columns)
         across = (columns + side - 1) // side  # windows in a row of them
         self.count = (rows + side - 1) // side * across
         self.length = side * side * merged  # patches in a full window

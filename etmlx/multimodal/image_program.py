@@ -31,6 +31,10 @@ class VisionEncoder(torch.nn.Module):
             features = torch.cat(list(self.model.get_image_features(pixel_values=pixel_values).pooler_output))[None]
         return _with_channels(features, self.channels)
 
+    def dynamic_shapes(self):
+        """None: the processor's one image (or tile) size."""
+        return None
+
 
 class TokenEmbedding(torch.nn.Module):
     """``tokens [1, n] -> embeddings [1, n, hidden * (1 + stacked) + len(channels)]``:
@@ -81,7 +85,7 @@ def tokens_per_image(encoder, image_size: tuple) -> int:
 def export_methods(encoder, text, image_size: tuple, max_seq_len: int, embeddings=True, stacked: int = 0) -> dict:
     """``{"vision_encoder": ..., "token_embedding": ...}``: ExportedPrograms of ``encoder``
     (``vision_encoder``) at ``image_size`` (height, width; other sizes too where the
-    encoder has ``dynamic_shapes``) and of ``text``'s input
+    encoder's ``dynamic_shapes`` say so) and of ``text``'s input
     embeddings (1 to ``max_seq_len`` tokens), each row followed by ``stacked`` vectors of
     zeros and the channels a ``text_decoder`` of ``embeddings``' kind reads
     (``TOKEN_CHANNELS``)."""
@@ -91,6 +95,6 @@ def export_methods(encoder, text, image_size: tuple, max_seq_len: int, embedding
     with torch.no_grad():
         return {
             "vision_encoder": torch.export.export(encoder, (torch.zeros(1, 3, *image_size),),
-                                                  dynamic_shapes=getattr(encoder, "dynamic_shapes", lambda: None)()),
+                                                  dynamic_shapes=encoder.dynamic_shapes()),
             "token_embedding": torch.export.export(embedding, (tokens,), dynamic_shapes=({1: seq},) if seq else None),
         }

@@ -10,6 +10,7 @@ export's pixel count, which is written into the copied processor config as its u
 bound (``MAX_PIXELS_KEY``), so every image keeps its shape."""
 
 import json
+import math
 import os
 
 # In the preprocessor_config.json copied beside the .pte: the most pixels its images may
@@ -19,6 +20,15 @@ MAX_PIXELS_KEY, IMAGE_SIZE_KEY = "etmlx_max_pixels", "etmlx_image_size"
 IMAGE_PAD = "<|image_pad|>"
 DEFAULT_SIDE = 448  # pixels: 256 tokens an image at Qwen2.5-VL's 14-pixel patches merged 2 x 2
 MIN_PIXELS, MAX_PIXELS = 56 * 56, 28 * 28 * 1280  # Qwen2VLImageProcessor's bounds where its config names none
+MAX_ASPECT = 16  # the longest image an export takes, as a multiple of its height (``longest_side``)
+
+
+def longest_side(max_rows: int) -> int:
+    """The most merged patches a side of an image of at most ``max_rows`` of them may
+    have: ExecuTorch plans an encoder's input and output at the largest sides together
+    (sides up to ``max_rows`` would plan ``max_rows`` squared rows), so a side is bounded
+    to keep that within ``MAX_ASPECT`` times ``max_rows``: images up to that aspect ratio."""
+    return min(max_rows, math.isqrt(MAX_ASPECT * max_rows))
 
 
 def is_qwen(folder) -> bool:
@@ -107,10 +117,8 @@ class QwenVLProcessor:
 
     def _check_sides(self, grids, images: list) -> None:
         """A GenerationError for an image the processor made longer a side (in merged
-        patches) than the export's encoder takes (``grid_encoder.longest_side``)."""
+        patches) than the export's encoder takes (``longest_side``)."""
         from etmlx.llm.generation import GenerationError
-
-        from .grid_encoder import MAX_ASPECT, longest_side
 
         merge = self.image_processor.merge_size
         most = self.max_pixels // (self.image_processor.patch_size * merge) ** 2 if self.max_pixels else None

@@ -33,9 +33,13 @@ def _gather_mm(op, env):
 CPU_WIDENED_ROWS = 8
 
 
+def half_on_cpu(x) -> bool:
+    """Whether ``x`` is bfloat16 or float16 on the CPU, where MLX's products of it are slow."""
+    return mx.default_device() == mx.cpu and x.dtype in (mx.bfloat16, mx.float16)
+
+
 def widened_on_cpu(a, b) -> bool:
-    return (mx.default_device() == mx.cpu and a.dtype in (mx.bfloat16, mx.float16) and b.dtype == a.dtype
-            and a.ndim >= 2 and a.shape[-2] >= CPU_WIDENED_ROWS)
+    return half_on_cpu(a) and b.dtype == a.dtype and a.ndim >= 2 and a.shape[-2] >= CPU_WIDENED_ROWS
 
 
 def product(a, b):

@@ -57,7 +57,11 @@ def test_qwen3_vl_deepstack_rows_give_transformers_logits(qwen3_vl, tmp_path):
     carries its two deepstack vectors (a token's are zeros) beside its embedding."""
     pte, model, processor, image = qwen3_vl
     hidden = model.config.text_config.hidden_size
-    encoder = inspect_program(pte)["methods"]["vision_encoder"]
+    methods = inspect_program(pte)["methods"]
+    encoder, decoder, forward = (methods[name]["delegates"] for name in ("vision_encoder", "text_decoder", "forward"))
+    # one delegate each: the tower's two layers attend over the whole image in one fused attention each
+    assert len(encoder) == len(decoder) == 1 and encoder[0]["nodes"].count("Sdpa") == 2
+    assert {b["name"] for b in decoder[0]["buffers"]} == {b["name"] for b in forward[0]["buffers"]}  # one cache
     wide = vision_language.write_image(tmp_path / "wide.png", seed=3, size=(20, 64))
     inputs = processor(images=[rgb(image), rgb(wide)], text=processor.apply_chat_template(
         [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "what is in it?"}]}] * 2,
@@ -72,7 +76,7 @@ def test_qwen3_vl_deepstack_rows_give_transformers_logits(qwen3_vl, tmp_path):
     for runtime in etmlx.RUNTIMES:
         program = etmlx.load(pte, runtime=runtime)
         rows = torch.as_tensor(program.run_method("vision_encoder", [pixels[0][None]])[0])
-        assert rows.shape[-1] == 3 * hidden + 4 and encoder["delegates"]
+        assert rows.shape[-1] == 3 * hidden + 4  # the embedding, two deepstack vectors, the placement
         session = Session(program)
         session.images = PromptImages(program, pixels, tokens)
         torch.testing.assert_close(torch.as_tensor(session.feed(tokens)).reshape(-1), expected, rtol=1e-4, atol=1e-4)

@@ -14,9 +14,13 @@ namespace mx = mlx::core;
 // float32; about 1 value in 4000 lands one rounding apart) (docs/architecture.md, "MLX traps").
 constexpr int kCpuWidenedRows = 8;
 
+// Whether x is bfloat16 or float16 on the CPU, where MLX's products of it are slow.
+inline bool half_on_cpu(const mx::array& x) {
+  return mx::default_device() == mx::Device::cpu && (x.dtype() == mx::bfloat16 || x.dtype() == mx::float16);
+}
+
 inline bool widened_on_cpu(const mx::array& a, const mx::array& b) {
-  return mx::default_device() == mx::Device::cpu && (a.dtype() == mx::bfloat16 || a.dtype() == mx::float16) &&
-         b.dtype() == a.dtype() && a.ndim() >= 2 && a.shape(-2) >= kCpuWidenedRows;
+  return half_on_cpu(a) && b.dtype() == a.dtype() && a.ndim() >= 2 && a.shape(-2) >= kCpuWidenedRows;
 }
 
 // a @ b, widened where widened_on_cpu says.

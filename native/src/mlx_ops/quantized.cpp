@@ -90,7 +90,7 @@ mx::array quantized_matmul(const etmlx_ir::QuantizedMatmul& op, Env& env) {
     const mx::array dense = mx::dequantize(w, scales, bias, group_size, bits, mode, std::nullopt, x.dtype());
     return product(x, op.transpose() ? mx::swapaxes(dense, -1, -2) : dense);
   }
-  if (mx::default_device() == mx::Device::cpu && (x.dtype() == mx::bfloat16 || x.dtype() == mx::float16)) {
+  if (half_on_cpu(x)) {
     // the kernel in half precision: 7.6x its float32 time (a row of 2048 by 11008: 157 ms
     // against 21), so in float32, rounded back once (a decode step of a bfloat16 export)
     if (op.mode() == etmlx_ir::QuantMode::Affine) {
