@@ -24,6 +24,7 @@ import logging
 import re
 
 from etmlx.errors import ExportError, first_line
+from etmlx.pipeline import fewer_collections
 
 log = logging.getLogger("etmlx")
 
@@ -119,6 +120,7 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
     return {**programs, **runner_metadata(model, max_seq_len, capacity), **recurrent}
 
 
+@fewer_collections()
 def _trace(model, traced: dict, attention) -> dict:
     """``{name: ExportedProgram}`` of each ``(wrapper, inputs, dynamic shapes)`` in
     ``traced``, under ``attention`` (a context that routes the model's attention)."""

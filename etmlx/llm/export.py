@@ -8,6 +8,7 @@ import time
 
 from etmlx.errors import ExportError, first_line
 from etmlx.multimodal import export as multimodal_export
+from etmlx.pipeline import fewer_collections
 from etmlx.speech import export as speech_export
 
 from . import causal_lm, gguf_model
@@ -22,6 +23,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
 
 
+@fewer_collections()  # the vision and speech programs' traces too
 def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, quantize=None, group_size=64,
                dtype=None, sample_on_device: bool = False, kv_bits=None, kv_group_size: int = 64,
                verify: bool = False, draft=None, draft_layers=None, image_size=None, progress=None):
