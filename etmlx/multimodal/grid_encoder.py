@@ -150,7 +150,8 @@ class Windows:
         self.slots = (slots[:, None] * merged + torch.arange(merged)).reshape(-1)
         empty = torch.zeros(self.count * self.length, dtype=torch.long)
         self.patch_of_slot = empty.index_put((self.slots,), torch.arange(rows * columns * merged))
-        self.real = (empty > 0).index_put((self.slots,), torch.ones_like(self.slots, dtype=torch.bool))
+        unfilled = torch.zeros_like(empty, dtype=torch.bool)
+        self.real = unfilled.index_put((self.slots,), torch.ones_like(self.slots, dtype=torch.bool))
 
     def arguments(self) -> dict:
         """The window keyword arguments of transformers' vision transformer: ``window_index``,
