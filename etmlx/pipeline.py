@@ -95,7 +95,10 @@ def lower_methods(methods: dict):
     """Lowers ``{method name: ExportedProgram}`` into one program; returns
     (ExecutorchProgramManager, PartitionReport). An entry whose value is a constant (an
     int, float, bool, or a list of them) is a constant method: a method of no inputs that
-    returns it (an LLM runner's metadata, ``causal_lm.export_methods``).
+    returns it (an LLM runner's metadata, ``causal_lm.export_methods``). An entry with a
+    ``repeat(edge program)`` (``etmlx.llm.repeated_layers.LayersTraced``) is a program
+    traced with its first layers, which writes the others once decomposed; where one says
+    it cannot, every such entry is traced whole (its ``full()``) and lowered again.
 
     ``to_edge`` then ``to_backend`` rather than ``to_edge_transform_and_lower``: the
     latter retraces every program twice (``run_decompositions({})`` to functionalize,
@@ -110,15 +113,21 @@ def lower_methods(methods: dict):
     from etmlx.partitioner import MlxPartitioner
 
     constants = {name: value for name, value in methods.items() if _is_constant(value)}
-    methods = {name: program for name, program in methods.items() if name not in constants}
-    if not methods:
+    layered = {name: program for name, program in methods.items() if hasattr(program, "repeat")}
+    traced = {name: getattr(program, "program", program) for name, program in methods.items() if name not in constants}
+    if not traced:
         raise ExportError("no methods to export")
     partitioner = MlxPartitioner()
     retargeted = {
         name: partitioner.transform_for_pre_decomposition(split_calls_as_slices(program))
-        for name, program in methods.items()
+        for name, program in traced.items()
     }
     edge = edge_program(retargeted, constants or None)
+    refused = {name: why for name, program in layered.items() if (why := program.repeat(edge.exported_program(name)))}
+    if refused:  # traced whole after all
+        log.info("etmlx traces every layer: %s", "; ".join(f"{name}: {why}" for name, why in refused.items()))
+        return lower_methods({name: program.full() if name in layered else program for name, program in methods.items()})
+    methods = traced
     for name in methods:
         edge_passes.share_weights_when_copied(edge.exported_program(name))
     edge = edge.to_backend(partitioner)

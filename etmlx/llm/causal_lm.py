@@ -59,23 +59,54 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
     more vectors of the hidden size before them (Qwen3-VL's deepstack). ``buffer_prefix``: the
     caches' names start with it (``draft.cached.key_cache_0``), so that another model's
     methods in the same file keep caches of their own (``etmlx.llm.draft``)."""
-    import torch
-    from torch.export import Dim
-
     from .attention_probe import probe
-    from .windowed_cache import (EmbeddedCausalLM, MarkedEmbeddedCausalLM, PositionedEmbeddedCausalLM, Prefixed,
-                                 SampledCausalLM, VerifyingCausalLM, WindowedCausalLM, attends_through_window,
-                                 windowed_attention)
-
-    # text_decoder's class, and the channels its rows carry past the embedding
-    decoders = {True: (EmbeddedCausalLM, 0), "marked": (MarkedEmbeddedCausalLM, 1),
-                "positioned": (PositionedEmbeddedCausalLM, 4)}
+    from .windowed_cache import attends_through_window, windowed_attention
 
     refuse_recurrent_layers(model.config)
     if not isinstance(window_step, int) or window_step < 1:
         raise ExportError(f"window_step={window_step!r}: expected a number of cache slots, 1 or more")
+
+    def wrappers() -> tuple:
+        return _wrappers(model, max_context_len, window_step, max_seq_len, sample_on_device, verify, embeddings,
+                         stacked_features, buffer_prefix, kv_bits=kv_bits, kv_group_size=kv_group_size)
+
+    traced, module = wrappers()
+    capacity = module.capacity
+    attention = any(shape is not None for shape in probe(model).layer_shapes)
+    if probe(model).through_interface or not attention:  # (Mamba2 has no attention to route)
+        programs = _traced_methods(model, traced, lambda: windowed_attention(model),
+                                   wrappers if buffer_prefix is None else None)
+        forward = getattr(programs["forward"], "program", programs["forward"])
+        if attention and not attends_through_window(forward):  # took the interface, not the window
+            raise ExportError(f"{type(model).__name__}'s attention did not read its cache through etmlx's window")
+    else:
+        if kv_bits is not None:
+            raise ExportError(f"{type(model).__name__} does not call attention through transformers' "
+                              "AttentionInterface, so etmlx cannot attend over a quantized cache; export it without kv_bits")
+        log.warning("%s does not call attention through transformers' AttentionInterface: each step attends over "
+                    "the whole cache of %d slots (exact, but decode does not speed up at short contexts)",
+                    type(model).__name__, capacity)
+        programs = _trace(model, traced, contextlib.nullcontext())  # its own attention and mask
+    recurrent = {RECURRENT_STATE_METHOD: True} if module.recurrent else {}
+    return {**programs, **runner_metadata(model, max_seq_len, capacity), **recurrent}
+
+
+def _wrappers(model, max_context_len, window_step, max_seq_len, sample_on_device, verify, embeddings,
+              stacked_features, buffer_prefix, **cache) -> tuple:
+    """``{method: (wrapper, example inputs, dynamic shapes)}`` of ``export_methods``'s
+    arguments, each wrapper over ``model``'s layers as it holds them now, and ``forward``'s
+    ``WindowedCausalLM``."""
+    import torch
+    from torch.export import Dim
+
+    from .windowed_cache import (EmbeddedCausalLM, MarkedEmbeddedCausalLM, PositionedEmbeddedCausalLM, Prefixed,
+                                 SampledCausalLM, VerifyingCausalLM, WindowedCausalLM)
+
+    # text_decoder's class, and the channels its rows carry past the embedding
+    decoders = {True: (EmbeddedCausalLM, 0), "marked": (MarkedEmbeddedCausalLM, 1),
+                "positioned": (PositionedEmbeddedCausalLM, 4)}
     # every method over the cache numbers positions alike: in three dimensions for rows that carry theirs
-    cache = dict(kv_bits=kv_bits, kv_group_size=kv_group_size, mrope=embeddings == "positioned")
+    cache["mrope"] = embeddings == "positioned"
     module = WindowedCausalLM(model, max_context_len, window_step, max_seq_len, **cache)
     capacity = module.capacity
     if not isinstance(max_seq_len, int) or not 1 <= max_seq_len <= capacity:
@@ -103,21 +134,26 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
     if buffer_prefix is not None:
         traced = {name: (Prefixed(buffer_prefix, wrapper), arguments, (shapes,))  # its forward(*arguments)
                   for name, (wrapper, arguments, shapes) in traced.items()}
-    attention = any(shape is not None for shape in probe(model).layer_shapes)
-    if probe(model).through_interface or not attention:  # (Mamba2 has no attention to route)
-        programs = _trace(model, traced, windowed_attention(model))
-        if attention and not attends_through_window(programs["forward"]):  # took the interface, not the window
-            raise ExportError(f"{type(model).__name__}'s attention did not read its cache through etmlx's window")
-    else:
-        if kv_bits is not None:
-            raise ExportError(f"{type(model).__name__} does not call attention through transformers' "
-                              "AttentionInterface, so etmlx cannot attend over a quantized cache; export it without kv_bits")
-        log.warning("%s does not call attention through transformers' AttentionInterface: each step attends over "
-                    "the whole cache of %d slots (exact, but decode does not speed up at short contexts)",
-                    type(model).__name__, capacity)
-        programs = _trace(model, traced, contextlib.nullcontext())  # its own attention and mask
-    recurrent = {RECURRENT_STATE_METHOD: True} if module.recurrent else {}
-    return {**programs, **runner_metadata(model, max_seq_len, capacity), **recurrent}
+    return traced, module
+
+
+def _traced_methods(model, traced: dict, attention, wrappers) -> dict:
+    """``_trace`` of ``traced`` under ``attention()``; where the model's layers repeat
+    (``repeated_layers``), a ``LayersTraced`` per method instead, whose program is of the
+    wrappers ``wrappers()`` makes over the model's first layers."""
+    from .repeated_layers import LayersTraced, first_layers, repeats, whole_model
+
+    if wrappers is None or not repeats(model):
+        return _trace(model, traced, attention())
+    with first_layers(model):
+        short = _trace(model, wrappers()[0], attention())
+    total = model.config.get_text_config().num_hidden_layers
+
+    def full(name):
+        return _trace(model, {name: traced[name]}, attention())[name]
+
+    return {name: LayersTraced(program, total, whole_model(traced[name][0], model), lambda name=name: full(name))
+            for name, program in short.items()}
 
 
 @fewer_collections()

@@ -1,0 +1,127 @@
+"""A language model traced with its first three layers, the others written as copies of
+the third (``lowering.repeated_layers``): tracing, decomposing and checking cost time per
+node, and a model's graph is its layers over and over.
+
+Only for families whose layers after the first are the same function of their own weights
+(``FAMILIES``: each checked against the whole trace by tests/models/test_repeated_layers.py),
+and only for a model whose layers after the first have the same modules, weights' shapes
+and settings, and whose config gives them the same per-layer values; the graph pass then
+checks the trace itself, and a model that fails any check is traced whole."""
+
+import contextlib
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from etmlx.lowering.repeated_layers import WholeModel
+
+TRACED = 3
+# model_type of the families traced this way
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "granite", "olmo2")
+# a layer's own index, which its modules keep (and nothing else differs by)
+INDEX_ATTRIBUTES = ("layer_idx",)
+
+
+@dataclass
+class LayersTraced:
+    """A method of ``total`` layers traced with its first ``TRACED`` (``program``);
+    ``whole``: what the copies of the last read (``lowering.repeated_layers.WholeModel``);
+    ``full()``: the method traced whole, for when its layers do not repeat."""
+
+    program: object
+    total: int
+    whole: WholeModel
+    full: Callable
+
+    def repeat(self, edge_program):
+        """Writes the other layers into ``edge_program`` (this method's edge program);
+        None when done, else why not (the program untouched)."""
+        from etmlx.lowering.repeated_layers import repeat_last_layer
+
+        return repeat_last_layer(edge_program, self.whole, TRACED, self.total)
+
+
+def repeats(model) -> bool:
+    """Whether ``model``'s layers after the first repeat (see the module's docstring)."""
+    text = model.config.get_text_config()
+    if text.model_type not in FAMILIES or _layer_list(model) is None:
+        return False
+    count = text.num_hidden_layers
+    if count <= TRACED + 1:
+        return False
+    per_layer = [value for value in vars(text).values() if isinstance(value, (list, tuple)) and len(value) == count]
+    if any(len({repr(item) for item in value[1:]}) > 1 for value in per_layer):
+        return False
+    layers = _layer_list(model)[2]
+    first = _form(layers[1])
+    return all(_form(layer) == first for layer in layers[2:])
+
+
+@contextlib.contextmanager
+def first_layers(model, count: int = TRACED):
+    """Inside, ``model`` holds its first ``count`` layers only, and its config says so."""
+    text = model.config.get_text_config()
+    parent, name, layers = _layer_list(model)
+    total = text.num_hidden_layers
+    per_layer = {key: value for key, value in vars(text).items() if isinstance(value, list) and len(value) == total}
+    setattr(parent, name, torch.nn.ModuleList(layers[:count]))
+    text.num_hidden_layers = count
+    for key, value in per_layer.items():
+        setattr(text, key, value[:count])
+    try:
+        yield
+    finally:
+        setattr(parent, name, layers)
+        text.num_hidden_layers = total
+        for key, value in per_layer.items():
+            setattr(text, key, value)
+
+
+def whole_model(wrapper, model) -> WholeModel:
+    """``WholeModel`` of ``wrapper`` (a ``windowed_cache.WindowedCausalLM`` over all of
+    ``model``'s layers)."""
+    layers = _layer_list(model)[2]
+    paths = {id(module): path for path, module in wrapper.named_modules(remove_duplicate=False)}
+    cache_path = paths[id(wrapper.bindings.module)]
+    index = {id(layer): i for i, layer in enumerate(wrapper.cached.static_cache.layers)}
+    state = {}
+    for holder, _, kind, names in wrapper.bindings.places:
+        for name in names if kind == "tuple" else [names]:
+            if name is not None and id(holder) in index:
+                state[f"{cache_path}.{name}" if cache_path else name] = index[id(holder)]
+    tensors = {**dict(wrapper.named_parameters(remove_duplicate=False)),
+               **dict(wrapper.named_buffers(remove_duplicate=False))}
+    return WholeModel(paths[id(layers)], state, tensors)
+
+
+def _layer_list(model):
+    """(parent module, attribute, the ModuleList) of ``model``'s decoder layers; None
+    unless exactly one ModuleList has as many modules as the config has layers."""
+    count = model.config.get_text_config().num_hidden_layers
+    found = [(path, module) for path, module in model.named_modules()
+             if isinstance(module, torch.nn.ModuleList) and len(module) == count]
+    if len(found) != 1:
+        return None
+    path, layers = found[0]
+    parent_path, _, name = path.rpartition(".")
+    return model.get_submodule(parent_path), name, layers
+
+
+def _form(layer) -> tuple:
+    """What must be equal for two layers to compute the same function of their weights:
+    each module's class and plain settings (but its index), each tensor's kind, shape and dtype."""
+    form = []
+    for path, module in layer.named_modules():
+        settings = sorted((key, repr(value)) for key, value in vars(module).items()
+                          if not key.startswith("_") and key not in INDEX_ATTRIBUTES and _plain(value))
+        tensors = [(name, type(tensor).__name__, tuple(tensor.shape), tensor.dtype)
+                   for name, tensor in [*module._parameters.items(), *module._buffers.items()] if tensor is not None]
+        form.append((path, type(module).__qualname__, tuple(settings), tuple(tensors)))
+    return tuple(form)
+
+
+def _plain(value) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(_plain(item) for item in value)
+    return value is None or isinstance(value, (bool, int, float, str))
