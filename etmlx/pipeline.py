@@ -96,7 +96,7 @@ def lower_methods(methods: dict):
     (ExecutorchProgramManager, PartitionReport). An entry whose value is a constant (an
     int, float, bool, or a list of them) is a constant method: a method of no inputs that
     returns it (an LLM runner's metadata, ``causal_lm.export_methods``). An entry with a
-    ``repeat(edge program)`` (``etmlx.llm.repeated_layers.LayersTraced``) is a program
+    ``LayersTraced`` (``lowering.repeated_layers``: ``etmlx.llm.repeated_layers``'s) is a program
     traced with its first layers, which writes the others once decomposed; where one says
     it cannot, every such entry is traced whole (its ``full()``) and lowered again.
 
@@ -109,12 +109,14 @@ def lower_methods(methods: dict):
     from torch._export.verifier import SpecViolationError
 
     from etmlx.lowering import edge_passes
+    from etmlx.lowering.repeated_layers import LayersTraced
     from etmlx.lowering.splits import split_calls_as_slices
     from etmlx.partitioner import MlxPartitioner
 
     constants = {name: value for name, value in methods.items() if _is_constant(value)}
-    layered = {name: program for name, program in methods.items() if hasattr(program, "repeat")}
-    traced = {name: getattr(program, "program", program) for name, program in methods.items() if name not in constants}
+    layered = {name: program for name, program in methods.items() if isinstance(program, LayersTraced)}
+    traced = {name: layered[name].program if name in layered else program
+              for name, program in methods.items() if name not in constants}
     if not traced:
         raise ExportError("no methods to export")
     partitioner = MlxPartitioner()

@@ -18,6 +18,7 @@ wrapper's per-layer writes) or, without a module, only that layer's nodes."""
 
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch.export.graph_signature import InputKind, InputSpec, OutputKind, OutputSpec, TensorArgument
@@ -62,6 +63,24 @@ class WholeModel:
         return target.replace(f"{self.layer_path}.{layer}.", f"{self.layer_path}.{other}.", 1)
 
 
+@dataclass
+class LayersTraced:
+    """A method of ``total`` layers traced with its first ``traced`` (``program``, an
+    ExportedProgram); ``whole``: what the copies of the last read; ``full()``: the method
+    traced whole, for when its layers do not repeat (``etmlx.pipeline.lower_methods``)."""
+
+    program: object
+    traced: int
+    total: int
+    whole: WholeModel
+    full: Callable
+
+    def repeat(self, edge_program):
+        """Writes the other layers into ``edge_program`` (this method's edge program);
+        None when done, else why not (the program untouched)."""
+        return repeat_last_layer(edge_program, self.whole, self.traced, self.total)
+
+
 def _plain_tensors(tensor) -> list:
     """The plain tensors of ``tensor``, a tensor subclass's flattened depth first."""
     if type(tensor) is torch.Tensor or not hasattr(tensor, "__tensor_flatten__"):
@@ -77,9 +96,13 @@ def repeat_last_layer(program, model: WholeModel, traced: int, total: int):
     pattern = _Pattern.read(program, model, traced)
     if isinstance(pattern, str):
         return pattern
-    missing = [name for k in range(traced, total) for name in pattern.renamed_state(k) if model.tensor(name) is None]
-    if missing:
-        return f"the whole model has no {missing[0]}"
+    for layer in range(traced, total):
+        for spec, name in zip(pattern.state.values(), pattern.renamed_state(layer)):
+            tensor, traced_value = model.tensor(name), _value(program, spec.target)
+            if tensor is None:
+                return f"the whole model has no {name}"
+            if (tensor.dtype, tensor.shape) != (traced_value.dtype, traced_value.shape):
+                return f"{name} is not shaped as {spec.target}"
     pattern.write(program, total)
     return None
 

@@ -141,7 +141,9 @@ def _traced_methods(model, traced: dict, attention, wrappers) -> dict:
     """``_trace`` of ``traced`` under ``attention()``; where the model's layers repeat
     (``repeated_layers``), a ``LayersTraced`` per method instead, whose program is of the
     wrappers ``wrappers()`` makes over the model's first layers."""
-    from .repeated_layers import LayersTraced, first_layers, repeats, whole_model
+    from etmlx.lowering.repeated_layers import LayersTraced
+
+    from .repeated_layers import TRACED, first_layers, repeats, whole_model
 
     if wrappers is None or not repeats(model):
         return _trace(model, traced, attention())
@@ -152,7 +154,7 @@ def _traced_methods(model, traced: dict, attention, wrappers) -> dict:
     def full(name):
         return _trace(model, {name: traced[name]}, attention())[name]
 
-    return {name: LayersTraced(program, total, whole_model(traced[name][0], model), lambda name=name: full(name))
+    return {name: LayersTraced(program, TRACED, total, whole_model(traced[name][0], model), lambda name=name: full(name))
             for name, program in short.items()}
 
 

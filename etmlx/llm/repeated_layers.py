@@ -3,14 +3,12 @@ the third (``lowering.repeated_layers``): tracing, decomposing and checking cost
 node, and a model's graph is its layers over and over.
 
 Only for families whose layers after the first are the same function of their own weights
-(``FAMILIES``: each checked against the whole trace by tests/models/test_repeated_layers.py),
+(``FAMILIES``: each generates eager's tokens so in tests/models/test_repeated_layers.py),
 and only for a model whose layers after the first have the same modules, weights' shapes
 and settings, and whose config gives them the same per-layer values; the graph pass then
 checks the trace itself, and a model that fails any check is traced whole."""
 
 import contextlib
-from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -21,25 +19,6 @@ TRACED = 3
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "granite", "olmo2")
 # a layer's own index, which its modules keep (and nothing else differs by)
 INDEX_ATTRIBUTES = ("layer_idx",)
-
-
-@dataclass
-class LayersTraced:
-    """A method of ``total`` layers traced with its first ``TRACED`` (``program``);
-    ``whole``: what the copies of the last read (``lowering.repeated_layers.WholeModel``);
-    ``full()``: the method traced whole, for when its layers do not repeat."""
-
-    program: object
-    total: int
-    whole: WholeModel
-    full: Callable
-
-    def repeat(self, edge_program):
-        """Writes the other layers into ``edge_program`` (this method's edge program);
-        None when done, else why not (the program untouched)."""
-        from etmlx.lowering.repeated_layers import repeat_last_layer
-
-        return repeat_last_layer(edge_program, self.whole, TRACED, self.total)
 
 
 def repeats(model) -> bool:
@@ -110,15 +89,26 @@ def _layer_list(model):
 
 def _form(layer) -> tuple:
     """What must be equal for two layers to compute the same function of their weights:
-    each module's class and plain settings (but its index), each tensor's kind, shape and dtype."""
+    each module's class and plain settings (but its index), each tensor's ``_described``."""
     form = []
     for path, module in layer.named_modules():
         settings = sorted((key, repr(value)) for key, value in vars(module).items()
                           if not key.startswith("_") and key not in INDEX_ATTRIBUTES and _plain(value))
-        tensors = [(name, type(tensor).__name__, tuple(tensor.shape), tensor.dtype)
+        tensors = [(name, _described(tensor))
                    for name, tensor in [*module._parameters.items(), *module._buffers.items()] if tensor is not None]
         form.append((path, type(module).__qualname__, tuple(settings), tuple(tensors)))
     return tuple(form)
+
+
+def _described(tensor) -> tuple:
+    """A tensor's kind, shape and dtype; a subclass's (torchao's quantized weights) also
+    its settings (bits, block size) and its inner tensors': a GGUF file's Q4_K_M mixes
+    widths across layers in tensors of one class and shape."""
+    described = (type(tensor).__name__, tuple(tensor.shape), tensor.dtype)
+    if type(tensor) is torch.Tensor or not hasattr(tensor, "__tensor_flatten__"):
+        return described
+    names, settings = tensor.__tensor_flatten__()
+    return described + (repr(settings), tuple(_described(getattr(tensor, name)) for name in names))
 
 
 def _plain(value) -> bool:

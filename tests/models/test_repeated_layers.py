@@ -14,7 +14,7 @@ import transformers
 import etmlx
 from etmlx.inspection import inspect_program
 from etmlx.llm import repeated_layers
-from etmlx.llm.repeated_layers import LayersTraced
+from etmlx.lowering.repeated_layers import LayersTraced
 from etmlx.quant.weights import quantized_copy
 from examples import llm
 
@@ -26,9 +26,9 @@ PROMPT = [5, 17, 42, 8, 99, 3]
 def _tiny(family: str, **settings):
     torch.manual_seed(0)
     config = getattr(transformers, f"{family}Config")(
-        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=LAYERS, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=CAPACITY, initializer_range=0.2, pad_token_id=0,
-        bos_token_id=1, eos_token_id=2, **settings)
+        **{"vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": LAYERS,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": CAPACITY,
+           "initializer_range": 0.2, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, **settings})
     return llm.with_static_cache(getattr(transformers, f"{family}ForCausalLM")(config).eval(), CAPACITY)
 
 
@@ -65,7 +65,7 @@ def test_copied_layers_compute_what_the_whole_trace_does(tmp_path, monkeypatch):
             np.testing.assert_array_equal(ours, theirs)
 
 
-@pytest.mark.parametrize("family", ["Qwen3", "Phi3", "Gemma", "Olmo2"])
+@pytest.mark.parametrize("family", ["Mistral", "Qwen2", "Qwen3", "Phi3", "Gemma", "Granite", "Olmo2"])
 def test_each_family_traced_once_per_layer_generates_eager_tokens(tmp_path, family):
     model = _tiny(family)
     methods = llm.export_methods(model)
@@ -98,3 +98,13 @@ def test_a_layer_of_another_shape_is_not_repeated():
     model.model.layers[3].mlp.up_proj = torch.nn.Linear(64, 96, bias=False)
     assert not repeated_layers.repeats(model)
     assert not repeated_layers.repeats(_tiny("Llama", num_hidden_layers=4))  # too few to gain
+
+
+def test_a_layer_quantized_to_another_width_is_not_repeated():
+    """As a GGUF file's Q4_K_M has it: one class and shape of weight, other bits."""
+    model = _tiny("Llama")
+    narrow, _ = quantized_copy(model, "int4", 32)
+    wide, _ = quantized_copy(model, "int8", 32)
+    assert repeated_layers.repeats(narrow)
+    narrow.model.layers[3].mlp.up_proj = wide.model.layers[3].mlp.up_proj
+    assert not repeated_layers.repeats(narrow)
