@@ -51,10 +51,14 @@ class WholeModel:
         them (``subclass_parametrization.UnwrapTensorSubclass.right_inverse``)."""
         if target in self.tensors:
             return self.tensors[target]
+        from torch._functorch._aot_autograd.subclass_parametrization import UnwrapTensorSubclass
+
         found = re.fullmatch(r"(.*)\.parametrizations\.(\w+)\.original(\d+)", target)
         whole = self.tensors.get(f"{found.group(1)}.{found.group(2)}") if found else None
-        plain = _plain_tensors(whole) if whole is not None else []
-        return plain[int(found.group(3))] if found and int(found.group(3)) < len(plain) else None
+        if whole is None or type(whole) is torch.Tensor:
+            return None
+        plain = UnwrapTensorSubclass().right_inverse(whole)  # what torch.export's unwrapping makes
+        return plain[int(found.group(3))] if int(found.group(3)) < len(plain) else None
 
     def renamed(self, target: str, layer: int, other: int) -> str:
         """``target``, layer ``layer``'s, as layer ``other`` names it."""
@@ -79,14 +83,6 @@ class LayersTraced:
         """Writes the other layers into ``edge_program`` (this method's edge program);
         None when done, else why not (the program untouched)."""
         return repeat_last_layer(edge_program, self.whole, self.traced, self.total)
-
-
-def _plain_tensors(tensor) -> list:
-    """The plain tensors of ``tensor``, a tensor subclass's flattened depth first."""
-    if type(tensor) is torch.Tensor or not hasattr(tensor, "__tensor_flatten__"):
-        return [tensor]
-    names, _ = tensor.__tensor_flatten__()
-    return [plain for name in names for plain in _plain_tensors(getattr(tensor, name))]
 
 
 def repeat_last_layer(program, model: WholeModel, traced: int, total: int):

@@ -66,16 +66,15 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
     if not isinstance(window_step, int) or window_step < 1:
         raise ExportError(f"window_step={window_step!r}: expected a number of cache slots, 1 or more")
 
-    def wrappers() -> tuple:
-        return _wrappers(model, max_context_len, window_step, max_seq_len, sample_on_device, verify, embeddings,
+    def wrappers(of) -> tuple:
+        return _wrappers(of, max_context_len, window_step, max_seq_len, sample_on_device, verify, embeddings,
                          stacked_features, buffer_prefix, kv_bits=kv_bits, kv_group_size=kv_group_size)
 
-    traced, module = wrappers()
+    traced, module = wrappers(model)
     capacity = module.capacity
     attention = any(shape is not None for shape in probe(model).layer_shapes)
     if probe(model).through_interface or not attention:  # (Mamba2 has no attention to route)
-        programs = _traced_methods(model, traced, lambda: windowed_attention(model),
-                                   wrappers if buffer_prefix is None else None)
+        programs = _traced_methods(model, traced, windowed_attention, wrappers if buffer_prefix is None else None)
         forward = getattr(programs["forward"], "program", programs["forward"])
         if attention and not attends_through_window(forward):  # took the interface, not the window
             raise ExportError(f"{type(model).__name__}'s attention did not read its cache through etmlx's window")
@@ -138,24 +137,25 @@ def _wrappers(model, max_context_len, window_step, max_seq_len, sample_on_device
 
 
 def _traced_methods(model, traced: dict, attention, wrappers) -> dict:
-    """``_trace`` of ``traced`` under ``attention()``; where the model's layers repeat
+    """``_trace`` of ``traced`` under ``attention(model)``; where the model's layers repeat
     (``repeated_layers``), a ``LayersTraced`` per method instead, whose program is of the
-    wrappers ``wrappers()`` makes over the model's first layers."""
+    wrappers ``wrappers(short)`` makes over a model of its first layers (``first_layers``)."""
     from etmlx.lowering.repeated_layers import LayersTraced
 
-    from .repeated_layers import TRACED, first_layers, repeats, whole_model
+    from .first_layers import first_layers
+    from .repeated_layers import TRACED, repeats, whole_model
 
     if wrappers is None or not repeats(model):
-        return _trace(model, traced, attention())
-    with first_layers(model):
-        short = _trace(model, wrappers()[0], attention())
+        return _trace(model, traced, attention(model))
+    short = first_layers(model, TRACED)
+    programs = _trace(short, wrappers(short)[0], attention(short))
     total = model.config.get_text_config().num_hidden_layers
 
     def full(name):
-        return _trace(model, {name: traced[name]}, attention())[name]
+        return _trace(model, {name: traced[name]}, attention(model))[name]
 
     return {name: LayersTraced(program, TRACED, total, whole_model(traced[name][0], model), lambda name=name: full(name))
-            for name, program in short.items()}
+            for name, program in programs.items()}
 
 
 @fewer_collections()

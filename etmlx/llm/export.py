@@ -12,7 +12,8 @@ from etmlx.pipeline import fewer_collections
 from etmlx.speech import export as speech_export
 
 from . import causal_lm, gguf_model
-from .draft import first_layers, methods as draft_methods, refuse_recurrent
+from .draft import methods as draft_methods, refuse_recurrent
+from .first_layers import first_layers
 from .allocator import large_blocks_apart
 from .checkpoint_files import TOKENIZER_FILES, copy_tokenizer
 

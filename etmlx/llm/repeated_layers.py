@@ -8,11 +8,11 @@ and only for a model whose layers after the first have the same modules, weights
 and settings, and whose config gives them the same per-layer values; the graph pass then
 checks the trace itself, and a model that fails any check is traced whole."""
 
-import contextlib
-
 import torch
 
 from etmlx.lowering.repeated_layers import WholeModel
+
+from .first_layers import layer_lists
 
 TRACED = 3
 # model_type of the families traced this way
@@ -24,43 +24,22 @@ INDEX_ATTRIBUTES = ("layer_idx",)
 def repeats(model) -> bool:
     """Whether ``model``'s layers after the first repeat (see the module's docstring)."""
     text = model.config.get_text_config()
-    if text.model_type not in FAMILIES or _layer_list(model) is None:
+    found = layer_lists(model)
+    if text.model_type not in FAMILIES or len(found) != 1 or text.num_hidden_layers <= TRACED + 1:
         return False
-    count = text.num_hidden_layers
-    if count <= TRACED + 1:
-        return False
-    per_layer = [value for value in vars(text).values() if isinstance(value, (list, tuple)) and len(value) == count]
+    per_layer = [value for value in vars(text).values()
+                 if isinstance(value, (list, tuple)) and len(value) == text.num_hidden_layers]
     if any(len({repr(item) for item in value[1:]}) > 1 for value in per_layer):
         return False
-    layers = _layer_list(model)[2]
+    layers = found[0][1]
     first = _form(layers[1])
     return all(_form(layer) == first for layer in layers[2:])
-
-
-@contextlib.contextmanager
-def first_layers(model, count: int = TRACED):
-    """Inside, ``model`` holds its first ``count`` layers only, and its config says so."""
-    text = model.config.get_text_config()
-    parent, name, layers = _layer_list(model)
-    total = text.num_hidden_layers
-    per_layer = {key: value for key, value in vars(text).items() if isinstance(value, list) and len(value) == total}
-    setattr(parent, name, torch.nn.ModuleList(layers[:count]))
-    text.num_hidden_layers = count
-    for key, value in per_layer.items():
-        setattr(text, key, value[:count])
-    try:
-        yield
-    finally:
-        setattr(parent, name, layers)
-        text.num_hidden_layers = total
-        for key, value in per_layer.items():
-            setattr(text, key, value)
 
 
 def whole_model(wrapper, model) -> WholeModel:
     """``WholeModel`` of ``wrapper`` (a ``windowed_cache.WindowedCausalLM`` over all of
     ``model``'s layers)."""
-    layers = _layer_list(model)[2]
+    [(_, layers)] = layer_lists(model)
     paths = {id(module): path for path, module in wrapper.named_modules(remove_duplicate=False)}
     cache_path = paths[id(wrapper.bindings.module)]
     index = {id(layer): i for i, layer in enumerate(wrapper.cached.static_cache.layers)}
@@ -72,19 +51,6 @@ def whole_model(wrapper, model) -> WholeModel:
     tensors = {**dict(wrapper.named_parameters(remove_duplicate=False)),
                **dict(wrapper.named_buffers(remove_duplicate=False))}
     return WholeModel(paths[id(layers)], state, tensors)
-
-
-def _layer_list(model):
-    """(parent module, attribute, the ModuleList) of ``model``'s decoder layers; None
-    unless exactly one ModuleList has as many modules as the config has layers."""
-    count = model.config.get_text_config().num_hidden_layers
-    found = [(path, module) for path, module in model.named_modules()
-             if isinstance(module, torch.nn.ModuleList) and len(module) == count]
-    if len(found) != 1:
-        return None
-    path, layers = found[0]
-    parent_path, _, name = path.rpartition(".")
-    return model.get_submodule(parent_path), name, layers
 
 
 def _form(layer) -> tuple:
