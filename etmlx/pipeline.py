@@ -95,10 +95,10 @@ def lower_methods(methods: dict):
     """Lowers ``{method name: ExportedProgram}`` into one program; returns
     (ExecutorchProgramManager, PartitionReport). An entry whose value is a constant (an
     int, float, bool, or a list of them) is a constant method: a method of no inputs that
-    returns it (an LLM runner's metadata, ``causal_lm.export_methods``). An entry with a
-    ``LayersTraced`` (``lowering.repeated_layers``: ``etmlx.llm.repeated_layers``'s) is a program
-    traced with its first layers, which writes the others once decomposed; where one says
-    it cannot, every such entry is traced whole (its ``full()``) and lowered again.
+    returns it (an LLM runner's metadata, ``causal_lm.export_methods``). An entry that is a
+    ``lowering.repeated_layers.LayersTraced`` is a method traced with its first layers, whose
+    other layers are written once it is decomposed; where one cannot be, every such entry
+    is traced whole (its ``full()``) and lowered again.
 
     ``to_edge`` then ``to_backend`` rather than ``to_edge_transform_and_lower``: the
     latter retraces every program twice (``run_decompositions({})`` to functionalize,

@@ -59,6 +59,8 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
     more vectors of the hidden size before them (Qwen3-VL's deepstack). ``buffer_prefix``: the
     caches' names start with it (``draft.cached.key_cache_0``), so that another model's
     methods in the same file keep caches of their own (``etmlx.llm.draft``)."""
+    from etmlx.lowering.repeated_layers import LayersTraced
+
     from .attention_probe import probe
     from .windowed_cache import attends_through_window, windowed_attention
 
@@ -75,7 +77,7 @@ def export_methods(model, max_seq_len: int = 128, max_context_len=None, window_s
     attention = any(shape is not None for shape in probe(model).layer_shapes)
     if probe(model).through_interface or not attention:  # (Mamba2 has no attention to route)
         programs = _traced_methods(model, traced, windowed_attention, wrappers if buffer_prefix is None else None)
-        forward = getattr(programs["forward"], "program", programs["forward"])
+        forward = programs["forward"].program if isinstance(programs["forward"], LayersTraced) else programs["forward"]
         if attention and not attends_through_window(forward):  # took the interface, not the window
             raise ExportError(f"{type(model).__name__}'s attention did not read its cache through etmlx's window")
     else:
