@@ -193,6 +193,9 @@ def _load(model_dir, dtype):
 
     from .checkpoint_files import load_checkpoint
 
+    if os.path.isfile(model_dir):
+        raise ExportError(f"{model_dir} is a file: export-llm takes a Hugging Face checkpoint folder (config.json, "
+                          "weights, tokenizer) or a .gguf file")
     if not os.path.isdir(model_dir):
         raise ExportError(f"{model_dir}: no such directory (a Hugging Face checkpoint folder: config.json, weights, tokenizer)")
     if not os.path.isfile(os.path.join(model_dir, "config.json")):

@@ -97,6 +97,7 @@ def test_chat_carries_the_cache_and_replies_as_eager_does(exported):
 
 @pytest.mark.parametrize("args, message", [
     (["export-llm", "{missing}", "-o", "{out}/x.pte"], "no such directory"),
+    (["export-llm", "{pte}", "-o", "{out}/x.pte"], "is a file: export-llm takes a Hugging Face checkpoint folder"),
     (["export-llm", "{bert}", "-o", "{out}/x.pte"], "a bert checkpoint saved as BertModel, not a causal language model"),
     (["generate", "{pte}", "--prompt", "x", "--tokenizer", "{missing}"], "no tokenizer at"),
     (["generate", "{pte}", "--prompt", PROMPT * 20], "past the context of 128 tokens"),
