@@ -93,13 +93,17 @@ def mlx_scales(scale, zero_point, group_size: int, bits: int, dtype, narrow: boo
     """The (scales, biases) half of ``mlx_layout``."""
     mlx_group = _mlx_group_size(group_size)
     offset = 2 ** (bits - 1)
+    repeat = group_size // mlx_group
+    scales = scale.repeat_interleave(repeat, dim=-1).to(dtype).contiguous()
+    narrowed = narrow and dtype == torch.float32
+    if not narrowed and scale.dtype == dtype and (zero_point is None or not zero_point.any()):
+        # a symmetric quantization's: -offset * scale, a power of two times it, exact in its dtype
+        return scales, (scales * -offset).contiguous()
     zero = torch.zeros_like(scale, dtype=torch.float64) if zero_point is None else zero_point.to(torch.float64)
     biases = -scale.to(torch.float64) * (zero + offset)
     # what the zero point's own float32 rounding leaves uncertain in each bias: 2 ulps of it
     uncertain = scale.to(torch.float64).abs() * (zero.abs() + offset) * 2.0**-23
-    repeat = group_size // mlx_group
-    scales = scale.repeat_interleave(repeat, dim=-1).to(dtype).contiguous()
-    if narrow and dtype == torch.float32 and _held_by_half(scales, 0) and _held_by_half(biases, uncertain):
+    if narrowed and _held_by_half(scales, 0) and _held_by_half(biases, uncertain):
         return scales.half(), biases.repeat_interleave(repeat, dim=-1).half().contiguous()
     return scales, biases.repeat_interleave(repeat, dim=-1).to(dtype).contiguous()
 
@@ -130,7 +134,8 @@ def _bitstream(values, bits: int, offset: int = 0):
     step = max(1, 2**22 // max(columns, 1))
     pack = _bytes_of_values if 8 % bits == 0 else _words_of_values
     for start in range(0, flat.shape[0], step):
-        words[start:start + step] = pack(flat[start:start + step].to(torch.int16) + offset, bits)
+        # the offset added modulo 256, which holds every sum: one temporary of the block's size (int16 took two of twice it)
+        words[start:start + step] = pack(flat[start:start + step].to(torch.uint8, copy=True).add_(offset), bits)
     return words.reshape(*rows, -1).view(torch.uint32)
 
 

@@ -375,6 +375,10 @@ def test_quantize_makes_what_torchaos_config_makes(scheme, group_size, dtype, mo
     monkeypatch.setattr(quantization, "ROWS_AT_ONCE_VALUES", 3 * 128)
     for layer in (torch.nn.Linear(128, 10), torch.nn.Embedding(11, 128)):
         layer = layer.to(dtype)
+        with torch.no_grad():  # a row of zeros (the smallest scale), one of large values, halves to round
+            layer.weight[0] = 0
+            layer.weight[1] *= 1000
+            layer.weight[2] = torch.arange(128) % 16 - 7.5
         reference = copy.deepcopy(layer)
         granularity = PerAxis(0) if group_size is None else PerGroup(group_size)
         quantize_(reference, IntxWeightOnlyConfig(weight_dtype=getattr(torch, scheme), granularity=granularity),
@@ -383,3 +387,22 @@ def test_quantize_makes_what_torchaos_config_makes(scheme, group_size, dtype, mo
         for part in ("qdata", "scale", "zero_point"):
             assert torch.equal(getattr(layer.weight, part), getattr(reference.weight, part)), part
         assert (layer.weight.block_size, layer.weight.dtype) == (tuple(reference.weight.block_size), dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("bits, group_size", [(2, 32), (4, 64), (8, 256)])
+def test_symmetric_biases_are_the_float64_ones(dtype, bits, group_size):
+    """Without zero points (a symmetric quantization's), ``mlx_scales`` computes the biases
+    ``-scale * 2**(bits - 1)`` in the scales' dtype: the float64 product rounded to it,
+    down to the sign of zero and the overflow to infinity."""
+    from etmlx.lowering.rules.quantized import _mlx_group_size, mlx_scales
+
+    scale = (torch.rand(16, 8) * 10.0 ** torch.randint(-30, 3, (16, 8))).to(dtype)
+    scale[0, :3] = torch.tensor([torch.finfo(dtype).max, torch.finfo(dtype).tiny, 0])
+    repeat = group_size // _mlx_group_size(group_size)
+    expected = (-scale.double() * 2 ** (bits - 1)).repeat_interleave(repeat, -1).to(dtype)
+    for zero_point in (None, torch.zeros(16, 8, dtype=torch.int8)):
+        scales, biases = mlx_scales(scale, zero_point, group_size, bits, dtype)
+        assert torch.equal(scales, scale.repeat_interleave(repeat, -1))
+        assert torch.equal(biases, expected) and torch.equal(biases.signbit(), expected.signbit())
+        assert biases[0, 0] == -torch.inf
