@@ -22,7 +22,7 @@ def _seeded():
 # file collected last would run alone at the end while the other worker idles.
 LONGEST_FIRST = (  # longest first, from make test's --durations
     "distributed/test_tensor_parallel.py", "lowering/test_dtype_walk.py", "models/test_recurrent_families.py",
-    "generation/test_speculative.py", "cli/test_cli.py", "fuzz/test_fuzz.py", "delegate_ops/test_delegate_ops.py",
+    "generation/test_speculative.py", "models/test_repeated_layers.py", "cli/test_cli.py", "fuzz/test_fuzz.py", "delegate_ops/test_delegate_ops.py",
     "models/test_kv_cache_growth.py", "models/test_causal_lm_families.py", "lowering/test_attention.py",
     "lowering/test_convolution.py", "models/test_sliding_window.py", "generation/test_llm_apps.py",
     "models/test_hf_models.py", "lowering/test_shape.py", "speech/test_whisper.py", "multimodal/test_llava.py",

@@ -1,5 +1,5 @@
 """A model of a causal LM's first decoder layers, then its final norm and head, holding the
-same modules: the draft of ``--draft-layers`` (``etmlx.llm.draft``), and the model whose
+same weights: the draft of ``--draft-layers`` (``etmlx.llm.draft``), and the model whose
 trace the others' layers repeat (``etmlx.llm.repeated_layers``)."""
 
 import copy
@@ -9,8 +9,10 @@ from etmlx.errors import ExportError
 
 def first_layers(model, count: int):
     """A model of ``model``'s first ``count`` decoder layers, then its final norm and head:
-    the same modules (nothing copied but the objects on the way to the layers), with a
-    config of ``count`` layers."""
+    the same parameters and buffers, with a config of ``count`` layers that every module
+    reads (a module holding the model's config is a shallow copy holding the new one: set
+    on the new model, transformers' settings, such as its experts' implementation, reach
+    its layers)."""
     import torch
 
     text = model.config.get_text_config()
@@ -26,14 +28,11 @@ def first_layers(model, count: int):
     if getattr(config.get_text_config(), "layer_types", None):
         config.get_text_config().layer_types = config.get_text_config().layer_types[:count]
     configs = {id(model.config): config, id(text): config.get_text_config()}
-    draft = parent = _shallow_copy(model, configs)
+    short = _reading(model, configs)
     *path, layers = found[0][0].split(".")
-    for name in path:  # copies of the modules that lead to the layers, the rest shared
-        child = _shallow_copy(parent._modules[name], configs)
-        parent._modules[name] = child
-        parent = child
+    parent = short.get_submodule(".".join(path))
     parent._modules[layers] = torch.nn.ModuleList(list(parent._modules[layers])[:count])
-    return draft
+    return short
 
 
 def layer_lists(model) -> list:
@@ -46,11 +45,20 @@ def layer_lists(model) -> list:
             if isinstance(module, torch.nn.ModuleList) and len(module) == total]
 
 
-def _shallow_copy(module, configs: dict):
-    """``module`` as a new object holding the same parameters and submodules in a table of
-    its own, its config replaced by ``configs[id(config)]``."""
-    made = copy.copy(module)
-    made._modules = dict(module._modules)
-    if id(getattr(module, "config", None)) in configs:
-        made.config = configs[id(module.config)]
-    return made
+def _reading(module, configs: dict, made=None):
+    """``module``, or where it or a module under it holds a config of ``configs`` (by id),
+    a new object holding the same parameters and buffers, its replacement config and
+    submodules of its own (``_reading`` of each; a module met twice is copied once)."""
+    made = {} if made is None else made
+    if id(module) not in made:
+        children = {name: None if child is None else _reading(child, configs, made)
+                    for name, child in module._modules.items()}
+        holds = id(getattr(module, "config", None)) in configs
+        copied = module
+        if holds or any(children[name] is not child for name, child in module._modules.items()):
+            copied = copy.copy(module)
+            copied._modules = children
+            if holds:
+                copied.config = configs[id(module.config)]
+        made[id(module)] = copied
+    return made[id(module)]

@@ -3,7 +3,7 @@ the third (``lowering.repeated_layers``): tracing, decomposing and checking cost
 node, and a model's graph is its layers over and over.
 
 Only for families whose layers after the first are the same function of their own weights
-(``FAMILIES``: each generates eager's tokens so in tests/models/test_repeated_layers.py),
+(``FAMILIES``: each generates eager's tokens so in tests/sweep/test_repeated_layer_families.py),
 and only for a model whose layers after the first have the same modules, weights' shapes
 and settings, and whose config gives them the same per-layer values; the graph pass then
 checks the trace itself, and a model that fails any check is traced whole."""
@@ -16,7 +16,9 @@ from .first_layers import layer_lists
 
 TRACED = 3
 # model_type of the families traced this way
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "granite", "olmo2")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "granite", "olmo2", "olmo", "phi", "stablelm",
+            "starcoder2", "cohere", "glm", "glm4", "ernie4_5", "apertus", "arcee",
+            "mixtral", "qwen3_moe", "qwen2_moe", "olmoe")
 # a layer's own index, which its modules keep (and nothing else differs by)
 INDEX_ATTRIBUTES = ("layer_idx",)
 
