@@ -1,7 +1,7 @@
 """Tiny language models of the families whose layers ``etmlx.llm.repeated_layers`` traces
 once (``SETTINGS``: every family in its ``FAMILIES``), and what their tests read of an
-export: tests/models/test_repeated_layers.py checks the mechanism on a few,
-tests/sweep/test_repeated_layer_families.py every family."""
+export: tests/models/test_repeated_layers.py checks the mechanism and a few families,
+tests/sweep/test_repeated_layer_families.py the others."""
 
 import collections
 
@@ -26,6 +26,10 @@ SETTINGS = {
     "Mixtral": dict(num_local_experts=4, num_experts_per_tok=2), "Qwen3Moe": MOE,
     "Qwen2Moe": dict(MOE, shared_expert_intermediate_size=64), "Olmoe": dict(num_experts=4, num_experts_per_tok=2),
 }
+# what make test runs (tests/models/test_repeated_layers.py): these generate, Llama and Mixtral
+# compare with their whole trace; the sweep (make test-vision) runs the others
+IN_MAKE_TEST = ("Mistral", "Qwen2", "Qwen3", "Phi3", "Gemma", "Granite", "Olmo2", "Qwen3Moe")
+COMPARED_WHOLE = ("Llama", "Mixtral")
 
 
 def tiny(family: str, **settings):

@@ -3,7 +3,7 @@ the third (``lowering.repeated_layers``): tracing, decomposing and checking cost
 node, and a model's graph is its layers over and over.
 
 Only for families whose layers after the first are the same function of their own weights
-(``FAMILIES``: each generates eager's tokens so in tests/sweep/test_repeated_layer_families.py),
+(``FAMILIES``: each generates eager's tokens so, tests/repeated.py lists where it is tested),
 and only for a model whose layers after the first have the same modules, weights' shapes
 and settings, and whose config gives them the same per-layer values; the graph pass then
 checks the trace itself, and a model that fails any check is traced whole."""

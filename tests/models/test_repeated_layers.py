@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import runtimes
 import torch
-from repeated import LAYERS, PROMPT, calls, check_traced_once_per_layer, nodes, tiny
+from repeated import COMPARED_WHOLE, IN_MAKE_TEST, LAYERS, PROMPT, calls, check_traced_once_per_layer, nodes, tiny
 
 import etmlx
 from etmlx.llm import repeated_layers
@@ -17,7 +17,7 @@ from etmlx.quant.weights import quantized_copy
 from examples import llm
 
 
-@pytest.mark.parametrize("family, names", [("Llama", ("forward", "verify")), ("Mixtral", ("forward",))])
+@pytest.mark.parametrize("family, names", zip(COMPARED_WHOLE, [("forward", "verify"), ("forward",)]))
 def test_copied_layers_compute_what_the_whole_trace_does(tmp_path, monkeypatch, family, names):
     """The methods of an int4 model, dense (forward, verify) and a mixture of experts (whose
     quantized stacks are each layer's own): the repeated program holds the whole trace's
@@ -39,7 +39,7 @@ def test_copied_layers_compute_what_the_whole_trace_does(tmp_path, monkeypatch, 
             np.testing.assert_array_equal(ours, theirs)
 
 
-@pytest.mark.parametrize("family", ["Mistral", "Qwen2", "Qwen3", "Phi3", "Gemma", "Granite", "Olmo2", "Qwen3Moe"])
+@pytest.mark.parametrize("family", IN_MAKE_TEST)
 def test_each_family_traced_once_per_layer_generates_eager_tokens(tmp_path, family):
     check_traced_once_per_layer(family, tmp_path)
 
