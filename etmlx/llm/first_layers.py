@@ -28,9 +28,10 @@ def first_layers(model, count: int):
     if getattr(config.get_text_config(), "layer_types", None):
         config.get_text_config().layer_types = config.get_text_config().layer_types[:count]
     configs = {id(model.config): config, id(text): config.get_text_config()}
-    short = _reading(model, configs)
     *path, layers = found[0][0].split(".")
-    parent = short.get_submodule(".".join(path))
+    along = {id(model.get_submodule(".".join(path[:depth]))) for depth in range(len(path) + 1)}
+    short = _reading(model, configs, along)
+    parent = short.get_submodule(".".join(path))  # a copy: the model's own list stays whole
     parent._modules[layers] = torch.nn.ModuleList(list(parent._modules[layers])[:count])
     return short
 
@@ -45,17 +46,19 @@ def layer_lists(model) -> list:
             if isinstance(module, torch.nn.ModuleList) and len(module) == total]
 
 
-def _reading(module, configs: dict, made=None):
-    """``module``, or where it or a module under it holds a config of ``configs`` (by id),
-    a new object holding the same parameters and buffers, its replacement config and
-    submodules of its own (``_reading`` of each; a module met twice is copied once)."""
+def _reading(module, configs: dict, along: set, made=None):
+    """``module``, or a new object holding the same parameters and buffers where it holds a
+    config of ``configs`` (by id; then it holds the replacement), is in ``along`` (ids of
+    the modules on the way to the layers, whose list is cut), or has a submodule that is
+    copied (its submodules are then ``_reading``'s of its own; a module met twice is
+    copied once)."""
     made = {} if made is None else made
     if id(module) not in made:
-        children = {name: None if child is None else _reading(child, configs, made)
+        children = {name: None if child is None else _reading(child, configs, along, made)
                     for name, child in module._modules.items()}
         holds = id(getattr(module, "config", None)) in configs
         copied = module
-        if holds or any(children[name] is not child for name, child in module._modules.items()):
+        if holds or id(module) in along or any(children[name] is not child for name, child in module._modules.items()):
             copied = copy.copy(module)
             copied._modules = children
             if holds:

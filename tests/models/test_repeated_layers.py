@@ -90,4 +90,30 @@ def test_every_module_of_a_first_layers_model_reads_its_config():
     configs = {id(module.config) for module in short.modules() if hasattr(module, "config")}
     assert configs == {id(short.config)}
     assert all(module.config is model.config for module in model.modules() if hasattr(module, "config"))
+    assert len(model.model.layers) == LAYERS and model.config.num_hidden_layers == LAYERS
     assert short.model.layers[1].mlp.experts.gate_up_proj is model.model.layers[1].mlp.experts.gate_up_proj
+
+
+def test_a_first_layers_model_leaves_the_model_whole_where_no_layer_holds_its_config():
+    """The modules on the way to the layer list are copied even where nothing under them
+    holds the config: cutting the list then cuts the copy's, never the model's."""
+    from types import SimpleNamespace
+
+    from etmlx.llm.first_layers import first_layers
+
+    class Body(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(2, 2) for _ in range(4))
+
+    class Top(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.config = SimpleNamespace(num_hidden_layers=4)
+            self.config.get_text_config = lambda: self.config
+            self.body = Body()
+
+    model = Top()
+    short = first_layers(model, 2)
+    assert len(short.body.layers) == 2 and len(model.body.layers) == 4
+    assert short.body.layers[1] is model.body.layers[1]
