@@ -12,13 +12,20 @@ Placeholders are found by their storage's address, which the edge passes keep (t
 unwrap tensor subclasses into parameters over the same storage). They exist only inside
 ``scope()``, which holds each one alive, so that no other tensor can be given its
 address while its entry stands, and forgets them all at its end.
+
+A checkpoint loaded in another dtype than its own is such a placeholder too
+(``converted``): the mapped tensor in the wanted dtype, whose values a quantizer reads a
+block of rows at a time (``rows``) and lowering whole, so that the model is never whole in
+memory in the wider dtype.
 """
 
 import contextlib
 
 import torch
 
-_scopes = []  # the open scopes' entries: {(address, shape, dtype): (placeholder, compute)}
+from .mapped_pages import release
+
+_scopes = []  # the open scopes' entries: {(address, shape, dtype): (placeholder, compute, source or None)}
 
 
 @contextlib.contextmanager
@@ -36,26 +43,59 @@ def scope():
 def placeholder(shape, dtype, compute) -> torch.Tensor:
     """A tensor of ``shape`` and ``dtype`` whose value is ``compute()``, called each time
     lowering reads it; its own memory is never written."""
+    return _entered(torch.empty(shape, dtype=dtype), compute, None)
+
+
+def converted(source, dtype) -> torch.Tensor:
+    """``source.to(dtype)`` as a placeholder: computed when read, the pages of a mapped
+    ``source`` given back after."""
+
+    def compute():
+        value = source.to(dtype, copy=True)
+        release(source)
+        return value
+
+    return _entered(torch.empty(source.shape, dtype=dtype), compute, source)
+
+
+@contextlib.contextmanager
+def rows(tensor, block: slice):
+    """``tensor[block]``'s values (a ``converted`` placeholder's read from its source, no
+    other placeholder's: those are whole values); the pages of a mapped tensor read are
+    given back after the block."""
+    entry = _entry(tensor)
+    if entry is not None and entry[2] is None:
+        raise RuntimeError("rows of a deferred constant are read whole, through resolve()")
+    source = tensor if entry is None else entry[2]
+    try:
+        yield source[block].to(tensor.dtype)
+    finally:
+        release(source[block])
+
+
+def _entered(tensor, compute, source) -> torch.Tensor:
     if not _scopes:
         raise RuntimeError("deferred constants are made inside deferred.scope()")
-    tensor = torch.empty(shape, dtype=dtype)
-    _scopes[-1][_key(tensor)] = (tensor, compute)
+    _scopes[-1][_key(tensor)] = (tensor, compute, source)
     return tensor
 
 
 def resolve(tensor):
     """``tensor``'s value: computed now when it is a placeholder (or a parameter over
     one's storage), else ``tensor`` itself."""
+    entry = _entry(tensor)
+    return tensor if entry is None else entry[1]()
+
+
+def _entry(tensor):
+    """(placeholder, compute, source) of ``tensor``'s storage in an open scope, else None."""
     if not _scopes or not isinstance(tensor, torch.Tensor):
-        return tensor
+        return None
     try:
         key = _key(tensor)
     except (RuntimeError, NotImplementedError):  # a tensor without storage (fake, a wrapper subclass)
-        return tensor
-    for entries in reversed(_scopes):
-        if key in entries:
-            return entries[key][1]()
-    return tensor
+        return None
+    return next((entries[key] for entries in reversed(_scopes) if key in entries), None)
 
 
 def _key(tensor) -> tuple:

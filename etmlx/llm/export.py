@@ -206,7 +206,7 @@ def _load(model_dir, dtype):
         raise ExportError(f"transformers cannot load {model_dir} as a causal LM: {first_line(error)}") from error
     _refuse_other_than_causal_lm(model_dir, config)
     causal_lm.refuse_recurrent_layers(config)
-    return load_checkpoint(AutoModelForCausalLM, model_dir, dtype, "a causal LM")
+    return load_checkpoint(AutoModelForCausalLM, model_dir, dtype, "a causal LM", converted_when_read=True)
 
 
 def _refuse_other_than_causal_lm(model_dir, config) -> None:

@@ -86,15 +86,14 @@ def _intx(weight, scheme: str, group_size, deferred: bool):
     calls of ``choose_qparams_affine`` and ``quantize_affine``), its integer values
     computed now or, ``deferred``, when read. Both halves go over blocks of rows (each
     row's groups are its own), so only a block is widened at a time; the pages of a
-    mapped checkpoint's weight are given back after each read."""
+    mapped checkpoint's weight are given back after each read (``deferred.rows``, which
+    also reads a weight loaded in another dtype from its source)."""
     import torch
     from torchao.quantization import IntxUnpackedToInt8Tensor
     from torchao.quantization.quant_primitives import (
         _DTYPE_TO_QVALUE_BOUNDS, MappingType, choose_qparams_affine, quantize_affine)
 
     from etmlx.lowering import deferred as deferred_constants
-
-    from etmlx.lowering.mapped_pages import release
 
     target = getattr(torch, scheme)
     qmin, qmax = _DTYPE_TO_QVALUE_BOUNDS[target]
@@ -103,18 +102,18 @@ def _intx(weight, scheme: str, group_size, deferred: bool):
     blocks = row_blocks(rows, columns)
     parts = []
     for rows_ in blocks:
-        parts.append(choose_qparams_affine(weight[rows_], MappingType.SYMMETRIC, block_size, torch.int8, qmin, qmax,
-                                          zero_point_dtype=torch.int8, keepdim=True))
-        release(weight[rows_])
+        with deferred_constants.rows(weight, rows_) as values:
+            parts.append(choose_qparams_affine(values, MappingType.SYMMETRIC, block_size, torch.int8, qmin, qmax,
+                                              zero_point_dtype=torch.int8, keepdim=True))
     scale, zero_point = (torch.cat(part) for part in zip(*parts))
 
     def integers():
         qdata = torch.empty(weight.shape, dtype=torch.int8)
         with torch.no_grad():
             for rows_ in blocks:
-                qdata[rows_] = quantize_affine(weight[rows_], block_size, scale[rows_], zero_point[rows_],
-                                               output_dtype=torch.int8, quant_min=qmin, quant_max=qmax)
-                release(weight[rows_])
+                with deferred_constants.rows(weight, rows_) as values:
+                    qdata[rows_] = quantize_affine(values, block_size, scale[rows_], zero_point[rows_],
+                                                   output_dtype=torch.int8, quant_min=qmin, quant_max=qmax)
         return qdata
 
     qdata = deferred_constants.placeholder(weight.shape, torch.int8, integers) if deferred else integers()
@@ -174,6 +173,8 @@ def _float_quantize(module, scheme: str, embeddings: bool):
     import torch
     from torchao.quantization import quantize_
 
+    from etmlx.lowering import deferred
+
     group = FLOAT_SCHEMES[scheme]
     kinds = (torch.nn.Linear, torch.nn.Embedding) if embeddings else (torch.nn.Linear,)
     rows = group if scheme == "nvfp4" else 1  # NVFP4's kernels tile rows by 16 too
@@ -181,16 +182,18 @@ def _float_quantize(module, scheme: str, embeddings: bool):
     names = [name for name, layer in module.named_modules()
              if isinstance(layer, kinds) and id(layer) not in kept_float
              and layer.weight.shape[0] % rows == 0 and layer.weight.shape[1] % group == 0]
-    chosen = {id(module.get_submodule(name)) for name in names}
-    with torch.no_grad():
-        if scheme == "mxfp4":
-            from .mxfp4 import Mxfp4Tensor
+    from .mxfp4 import Mxfp4Tensor
 
-            for name in names:
-                layer = module.get_submodule(name)
-                layer.weight = torch.nn.Parameter(Mxfp4Tensor.from_float(layer.weight), requires_grad=False)
-        else:
-            quantize_(module, _exportable_config(scheme), filter_fn=lambda candidate, _: id(candidate) in chosen)
+    config = None if scheme == "mxfp4" else _exportable_config(scheme)
+    with torch.no_grad():
+        for name in names:  # one at a time: a weight loaded in another dtype is computed as it is read
+            layer = module.get_submodule(name)
+            weight = deferred.resolve(layer.weight)
+            if config is None:
+                layer.weight = torch.nn.Parameter(Mxfp4Tensor.from_float(weight), requires_grad=False)
+            else:
+                layer.weight = torch.nn.Parameter(weight, requires_grad=False)
+                quantize_(layer, config, filter_fn=lambda candidate, _: candidate is layer)
     return module, names
 
 
@@ -255,6 +258,8 @@ def _quantize_expert_stacks(layer, scheme_of, group_size) -> list:
     import torch
     from torchao.quantization import IntxUnpackedToInt8Tensor
 
+    from etmlx.lowering import deferred
+
     stacks = {}
     for stack in EXPERT_STACKS:
         weight = getattr(layer, stack, None)
@@ -264,7 +269,8 @@ def _quantize_expert_stacks(layer, scheme_of, group_size) -> list:
         if weight.shape[-1] % group:
             continue  # rows that do not divide into groups stay float
         scheme = scheme_of(stack)
-        q = IntxUnpackedToInt8Tensor.from_hp(weight.detach(), [1, 1, group], getattr(torch, scheme))
+        values = deferred.resolve(weight.detach())
+        q = IntxUnpackedToInt8Tensor.from_hp(values, [1, 1, group], getattr(torch, scheme))
         del layer._parameters[stack]
         for part in ("qdata", "scale", "zero_point"):
             layer.register_buffer(f"{stack}_{part}", getattr(q, part))

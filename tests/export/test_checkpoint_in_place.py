@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from repeated import tiny
 
 import etmlx
 from etmlx.llm.generation import Session
@@ -67,6 +68,83 @@ def test_the_deferred_export_writes_the_bytes_of_quantizing_first(checkpoint, de
         logits = Session(etmlx.load(deferred_export, runtime=runtime)).feed(prompt)
         assert logits.dtype == np.float32 and logits.argmax() == expected.argmax()
         torch.testing.assert_close(torch.from_numpy(logits), expected, rtol=0.02, atol=0.02)
+
+
+def test_another_dtype_writes_the_bytes_of_loading_in_it(checkpoint, tmp_path):
+    """``--dtype float32`` of a bfloat16 checkpoint reads each weight from the mapped file
+    as lowering or the quantizer needs it (``deferred.converted``), and writes the file
+    that loading the whole model in float32 first writes."""
+    from transformers import AutoModelForCausalLM
+
+    from etmlx.llm import causal_lm
+    from etmlx.llm.export import export_llm
+    from etmlx.exporter import export_methods
+    from etmlx.quant.weights import quantized_copy
+
+    export_llm(checkpoint, tmp_path / "lazy.pte", max_context=CONTEXT, quantize="int4", group_size=32, dtype="float32")
+    model = causal_lm.with_static_cache(AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32), CONTEXT)
+    quantized, _ = quantized_copy(model, "int4", 32)
+    export_methods(causal_lm.export_methods(quantized, CONTEXT, CONTEXT), tmp_path / "eager.pte")
+    assert (tmp_path / "lazy.pte").read_bytes() == (tmp_path / "eager.pte").read_bytes()
+
+
+def _tiny_bf16_checkpoint(family: str, directory, **settings):
+    tiny(family, num_hidden_layers=1, head_dim=16, **settings).to(torch.bfloat16).save_pretrained(directory)
+    return directory
+
+
+def _deferred(tensor) -> bool:
+    return deferred.resolve(tensor) is not tensor
+
+
+def _tensors(model) -> dict:
+    return {**dict(model.named_parameters(remove_duplicate=False)), **dict(model.named_buffers())}
+
+
+@pytest.mark.parametrize("family", ["Gemma", "Apertus"])
+def test_another_dtype_maps_each_parameter_and_makes_what_loading_in_it_makes(family, tmp_path):
+    """Every parameter a placeholder over the mapped file, each equal when read to what a
+    float32 load holds; what transformers computes rather than loads in float32 (Gemma's
+    embedding scale, which a bfloat16 load rounds), ties (Gemma's head) and converts
+    (Apertus's activation buffers, converted as they load) is as that load has it."""
+    from transformers import AutoModelForCausalLM
+
+    from etmlx.llm.checkpoint_files import load_checkpoint
+
+    directory = _tiny_bf16_checkpoint(family, tmp_path)
+    eager = _tensors(AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32))
+    with deferred.scope():
+        model = load_checkpoint(AutoModelForCausalLM, directory, "float32", "a causal LM", converted_when_read=True)
+        assert all(_deferred(p) for p in model.parameters())
+        # lowering shares parameters with its copy of the program, not buffers (edge_passes)
+        assert not any(_deferred(b) for b in model.buffers())
+        assert (model.lm_head.weight is model.model.embed_tokens.weight) == (family == "Gemma")
+        lazy = _tensors(model)
+        assert lazy.keys() == eager.keys()
+        for name, tensor in lazy.items():
+            assert tensor.dtype == eager[name].dtype and torch.equal(deferred.resolve(tensor), eager[name]), name
+
+
+def test_a_model_transformers_loads_otherwise_is_loaded_whole(tmp_path):
+    """DeepSeek-V3 keeps its expert-score bias in float32 whatever the dtype: transformers
+    would convert the placeholder given for it, so the model is loaded in the dtype
+    asked for, whole, as a plain load makes it."""
+    from transformers import AutoModelForCausalLM
+
+    from etmlx.llm.checkpoint_files import load_checkpoint
+
+    directory = _tiny_bf16_checkpoint("DeepseekV3", tmp_path, moe_intermediate_size=32, n_routed_experts=4,
+                                      num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=0,
+                                      q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=16,
+                                      v_head_dim=8)
+    eager = _tensors(AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float16))
+    with deferred.scope():
+        model = load_checkpoint(AutoModelForCausalLM, directory, "float16", "a causal LM", converted_when_read=True)
+        lazy = _tensors(model)
+        assert not any(_deferred(t) for t in lazy.values())
+    assert eager["model.layers.0.mlp.gate.e_score_correction_bias"].dtype == torch.float32
+    assert lazy.keys() == eager.keys() and all(
+        t.dtype == eager[n].dtype and torch.equal(t, eager[n]) for n, t in lazy.items())
 
 
 def test_generating_in_half_precision_on_the_cpu_says_why_it_is_slow(deferred_export, capsys):
