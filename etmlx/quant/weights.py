@@ -35,6 +35,7 @@ def quantize(module, scheme: str, group_size=64, embeddings: bool = True, deferr
     import torch
 
     _check(scheme, group_size)
+    _as_linear_layers(module)
     if scheme in FLOAT_SCHEMES:
         return _float_quantize(module, scheme, embeddings)
     kinds = (torch.nn.Linear, torch.nn.Embedding) if embeddings else (torch.nn.Linear,)
@@ -60,6 +61,28 @@ def quantize(module, scheme: str, group_size=64, embeddings: bool = True, deferr
         done[id(float_weight)] = float_weight, layer.weight
         names.append(name)
     return module, names
+
+
+def _as_linear_layers(module) -> None:
+    """transformers' layers that compute a linear layer's product in another form become
+    ``torch.nn.Linear`` layers, which the quantizer takes: ``Conv1D`` (GPT-2's ``x @ W + b``,
+    ``W`` a linear weight's transpose, copied here) and ``FalconLinear`` (``x @ W.T + b``,
+    whose transpose torchao's quantized weight does not offer)."""
+    import torch
+
+    from etmlx.lowering import deferred
+
+    for name, layer in list(module.named_modules()):
+        if not type(layer).__module__.startswith("transformers."):
+            continue
+        if type(layer).__name__ == "FalconLinear":
+            layer.__class__ = torch.nn.Linear
+        elif type(layer).__name__ == "Conv1D":
+            linear = torch.nn.Linear(layer.nx, layer.nf, device="meta")
+            linear.weight = torch.nn.Parameter(deferred.resolve(layer.weight).t().contiguous(), requires_grad=False)
+            linear.bias = layer.bias
+            owner, _, attribute = name.rpartition(".")
+            setattr(module.get_submodule(owner), attribute, linear)
 
 
 def _check(scheme: str, group_size) -> None:

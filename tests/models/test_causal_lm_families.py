@@ -90,3 +90,22 @@ def test_families_outside_the_attention_interface_or_the_static_cache_generate_e
     assert family != "Falcon" or buffers["cached.key_cache_0"][1] == 1
     assert family != "DeepseekV3" or buffers["cached.value_cache_0"][-1] == 8 != buffers["cached.key_cache_0"][-1]
     assert llm.greedy(runtimes.load(result.path), PROMPT, 12) == llm.eager_greedy(model, PROMPT, 12)
+
+
+@pytest.mark.parametrize("family, form", [("GPT2", "Conv1D"), ("Falcon", "FalconLinear")])
+def test_linear_layers_of_another_form_are_quantized(tmp_path, family, form):
+    """GPT-2's ``Conv1D`` (``x @ W + b``, the weight a linear one's transpose) and Falcon's
+    ``FalconLinear`` (``x @ W.T + b``, which failed on torchao's quantized weight) are
+    quantized as linear layers: each a QuantizedMatmul, as the head; the quantized
+    model's greedy tokens."""
+    from etmlx.quant.weights import quantized_copy
+
+    model = _tiny_causal_lm(family)
+    layers = sum(type(module).__name__ == form for module in model.modules())
+    embeddings = sum(isinstance(module, torch.nn.Embedding) for module in model.modules())
+    quantized, names = quantized_copy(model, "int4", 32)
+    assert layers and len(names) == layers + embeddings + 1  # and the head
+    result = etmlx.export_methods(llm.export_methods(quantized), tmp_path / "lm.pte")
+    nodes = inspect_program(result.path)["methods"]["forward"]["delegates"][0]["nodes"]
+    assert nodes.count("QuantizedMatmul") == layers + 1
+    assert llm.greedy(runtimes.load(result.path), PROMPT, 12) == llm.eager_greedy(quantized, PROMPT, 12)
