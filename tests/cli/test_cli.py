@@ -157,3 +157,16 @@ def test_ops_lists_the_core_opset_with_the_coverage():
     assert rows["aten::nonzero"]["status"] == "not covered"  # a data-dependent shape
     covered = sum(row["status"] != "not covered" for row in table["operators"])
     assert table["summary"].startswith(f"{covered} of {len(rows)} core ATen operators")
+
+
+def test_the_command_ends_without_the_teardown_and_loses_no_output(mlp_pte):
+    """``etmlx`` ends the process once ``main`` returns (``cli.run``: the interpreter's
+    teardown of torch and ExecuTorch takes about a second): what it printed through a pipe,
+    block-buffered, still arrives whole, and its exit status is main's."""
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    shown = subprocess.run([sys.executable, "-m", "etmlx.cli", "inspect", str(mlp_pte)], capture_output=True,
+                           text=True, cwd=ROOT, env=env)
+    assert shown.returncode == 0 and "constants: 6" in shown.stdout
+    failed = subprocess.run([sys.executable, "-m", "etmlx.cli", "run", "README.md"], capture_output=True, text=True,
+                            cwd=ROOT, env=env)
+    assert failed.returncode == 1 and "not an ExecuTorch .pte file" in failed.stderr
