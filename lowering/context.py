@@ -1,6 +1,7 @@
 """State of one delegate's lowering: slots, constants, buffers and emitted nodes."""
 
 import hashlib
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import torch
@@ -129,7 +130,8 @@ class LoweringContext:
         else:
             self.graph.outputs.append(_value(ValueKind.Tensor, self.tensor(node).idx))
 
-    def add_constant(self, value: torch.Tensor) -> TidT:
+    def add_constant(self, value) -> TidT:
+        """A slot holding ``value``, a tensor or its ``Stored`` form."""
         ref = self.new_tensor()
         self.graph.constants.append(self._named_tensor(ref, value))
         return ref
@@ -158,15 +160,31 @@ class LoweringContext:
         buffer = self._buffers[buffer_node]
         buffer.update, buffer.hasUpdate = self.tensor(value_node).idx, True
 
-    def _named_tensor(self, ref: TidT, value: torch.Tensor):
-        data = tensor_bytes(value)
-        release(value)  # a weight stored as it was loaded: its pages of the checkpoint
-        key = constant_key(data)
-        self._bytes[key] = data
+    def _named_tensor(self, ref: TidT, value):
+        constant = value if isinstance(value, Stored) else stored(value)
+        self._bytes[constant.key] = constant.data
         named = NamedTensor.NamedTensorT()
-        named.slot, named.key = ref.idx, key
-        named.dtype, named.shape = ir_dtype(value.dtype), list(value.shape)
+        named.slot, named.key = ref.idx, constant.key
+        named.dtype, named.shape = constant.dtype, list(constant.shape)
         return named
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A constant as the program stores it (``stored``): its bytes, their key, its IR
+    dtype and shape. ``add_constant`` takes one in place of the tensor: one made in
+    another process (``etmlx/quant/pack_worker.py``) comes so."""
+
+    data: bytes
+    key: str
+    dtype: int
+    shape: tuple
+
+
+def stored(value: torch.Tensor) -> Stored:
+    data = tensor_bytes(value)
+    release(value)  # a weight stored as it was loaded: its pages of the checkpoint
+    return Stored(data, constant_key(data), ir_dtype(value.dtype), tuple(value.shape))
 
 
 class ConstantValues(dict):
@@ -175,6 +193,10 @@ class ConstantValues(dict):
 
     def __getitem__(self, node):
         return deferred.resolve(super().__getitem__(node))
+
+    def unresolved(self, node):
+        """``node``'s constant as it was given: a deferred one not computed."""
+        return super().__getitem__(node)
 
     def get(self, node, default=None):
         return self[node] if node in self else default

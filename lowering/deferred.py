@@ -17,6 +17,11 @@ A checkpoint loaded in another dtype than its own is such a placeholder too
 (``converted``): the mapped tensor in the wanted dtype, whose values a quantizer reads a
 block of rows at a time (``rows``) and lowering whole, so that the model is never whole in
 memory in the wider dtype.
+
+What a placeholder's values become in the program (a quantized weight's packed words) may
+come from elsewhere, a second process that computed them from the checkpoint while this
+one traced the model (``etmlx/quant/pack_worker.py``): it is ``offer``ed in a named form,
+and lowering takes it through ``prepared``, which computes it here where it did not come.
 """
 
 import contextlib
@@ -26,18 +31,22 @@ import torch
 from .mapped_pages import release
 
 _scopes = []  # the open scopes' entries: {(address, shape, dtype): (placeholder, compute, source or None)}
+_forms = []  # and their offered forms: {(identity, form): (tensor, get)}
 
 
 @contextlib.contextmanager
 def scope():
     """Placeholders made inside the block resolve inside it."""
-    entries = {}
+    entries, forms = {}, {}
     _scopes.append(entries)
+    _forms.append(forms)
     try:
         yield
     finally:
         _scopes.remove(entries)
+        _forms.remove(forms)
         entries.clear()
+        forms.clear()
 
 
 def placeholder(shape, dtype, compute) -> torch.Tensor:
@@ -73,6 +82,31 @@ def rows(tensor, block: slice):
         release(source[block])
 
 
+def source(tensor):
+    """The tensor ``rows`` reads ``tensor``'s values from: a ``converted`` placeholder's
+    source, else ``tensor`` itself."""
+    entry = _entry(tensor)
+    return tensor if entry is None or entry[2] is None else entry[2]
+
+
+def offer(tensor, form, get) -> None:
+    """Says that ``get()`` gives what ``tensor``'s values become in ``form`` (a key that
+    names the function that makes it), computed elsewhere, or None where it could not be:
+    ``prepared`` returns it then."""
+    if not _scopes:
+        raise RuntimeError("deferred constants are made inside deferred.scope()")
+    _forms[-1][_identity(tensor), form] = tensor, get  # the tensor held: its address names no other
+
+
+def prepared(tensor, form, make):
+    """``make(values of tensor)``: what was ``offer``ed for ``tensor`` in ``form`` where it
+    came, else computed now."""
+    key = _identity(tensor), form
+    offered = next((forms[key][1] for forms in reversed(_forms) if key in forms), None)
+    value = None if offered is None else offered()
+    return make(resolve(tensor)) if value is None else value
+
+
 def _entered(tensor, compute, source) -> torch.Tensor:
     if not _scopes:
         raise RuntimeError("deferred constants are made inside deferred.scope()")
@@ -89,13 +123,20 @@ def resolve(tensor):
 
 def _entry(tensor):
     """(placeholder, compute, source) of ``tensor``'s storage in an open scope, else None."""
-    if not _scopes or not isinstance(tensor, torch.Tensor):
+    key = _identity(tensor) if _scopes else None
+    return None if key is None else next((entries[key] for entries in reversed(_scopes) if key in entries), None)
+
+
+def _identity(tensor):
+    """What names ``tensor``'s values while it is alive: its storage's address, shape and
+    dtype (a parameter over a placeholder's storage is named as the placeholder); None
+    for a tensor without storage (fake, a wrapper subclass) or no tensor."""
+    if not isinstance(tensor, torch.Tensor):
         return None
     try:
-        key = _key(tensor)
-    except (RuntimeError, NotImplementedError):  # a tensor without storage (fake, a wrapper subclass)
+        return _key(tensor)
+    except (RuntimeError, NotImplementedError):
         return None
-    return next((entries[key] for entries in reversed(_scopes) if key in entries), None)
 
 
 def _key(tensor) -> tuple:

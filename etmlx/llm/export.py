@@ -54,6 +54,8 @@ def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, q
     On Linux with glibc, exporting a GGUF file changes the process's mmap threshold
     (``allocator``): 4 MiB while it exports, 32 MiB after."""
     from etmlx.lowering import deferred
+    from etmlx.quant import pack_worker
+    from etmlx.quant.weights import INTEGER_SCHEMES
 
     if dtype is not None and dtype not in DTYPES:
         raise ExportError(f"dtype={dtype!r}: expected one of {', '.join(DTYPES)}")
@@ -78,7 +80,9 @@ def export_llm(model_dir, output, *, max_context=None, max_seq_len: int = 128, q
         raise ExportError("draft and draft_layers: a draft is another checkpoint or the model's own first layers, "
                           "not both")
     decoding = large_blocks_apart() if gguf_model.is_gguf(model_dir) else contextlib.nullcontext()
-    with deferred.scope(), decoding:  # quantized weights' integers are computed as they are packed
+    packing = pack_worker.started(folder, quantize, group_size, dtype) if quantize in INTEGER_SCHEMES and folder \
+        else contextlib.nullcontext()
+    with deferred.scope(), decoding, packing:  # quantized weights' integers are computed as they are packed
         methods = dict(sample_on_device=sample_on_device, kv_bits=kv_bits, kv_group_size=kv_group_size,
                        verify=verify or draft is not None or draft_layers is not None)
         return _export_llm(model_dir, output, max_context, max_seq_len, quantize, group_size, dtype, methods,
@@ -191,6 +195,8 @@ def checkpoint_folder(model) -> str:
 def _load(model_dir, dtype):
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from etmlx.quant import pack_worker
+
     from .checkpoint_files import load_checkpoint
 
     if os.path.isfile(model_dir):
@@ -206,7 +212,9 @@ def _load(model_dir, dtype):
         raise ExportError(f"transformers cannot load {model_dir} as a causal LM: {first_line(error)}") from error
     _refuse_other_than_causal_lm(model_dir, config)
     causal_lm.refuse_recurrent_layers(config)
-    return load_checkpoint(AutoModelForCausalLM, model_dir, dtype, "a causal LM", converted_when_read=True)
+    model = load_checkpoint(AutoModelForCausalLM, model_dir, dtype, "a causal LM", converted_when_read=True)
+    pack_worker.add_files(model, model_dir)  # where a worker quantizes its weights, it reads them from there
+    return model
 
 
 def _refuse_other_than_causal_lm(model_dir, config) -> None:

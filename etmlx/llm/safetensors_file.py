@@ -38,6 +38,12 @@ def check(path) -> dict:
     return header
 
 
+def data_start(path) -> int:
+    """Where the tensors' bytes begin in the safetensors file ``path`` (after its header)."""
+    with open(path, "rb") as f:
+        return 8 + struct.unpack("<Q", f.read(8))[0]
+
+
 def _check_entry(path, name: str, entry, data: int) -> None:
     try:
         width = WIDTHS[entry["dtype"]]

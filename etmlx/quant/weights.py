@@ -106,28 +106,56 @@ def row_blocks(rows: int, columns: int) -> list:
 def _intx(weight, scheme: str, group_size, deferred: bool):
     """What torchao's ``IntxWeightOnlyConfig`` makes of a 2-d ``weight`` (its default
     symmetric mapping, int8 storage, a scale and zero point per group; ``from_hp``'s own
-    calls of ``choose_qparams_affine`` and ``quantize_affine``), its integer values
-    computed now or, ``deferred``, when read. Both halves go over blocks of rows (each
-    row's groups are its own), so only a block is widened at a time; the pages of a
-    mapped checkpoint's weight are given back after each read (``deferred.rows``, which
-    also reads a weight loaded in another dtype from its source)."""
+    calls of ``choose_qparams_affine`` and ``quantize_affine``: ``_integers``), its integer
+    values computed now, or, ``deferred``, when read (all of it by the worker process,
+    where one runs: ``pack_worker``). The weight is read in blocks of rows (each row's
+    groups are its own), so only a block is widened at a time: once when computed now,
+    deferred twice (its scales now, its integers when read); the pages of a mapped
+    checkpoint's weight are given back after each read (``deferred.rows``, which also reads
+    a weight loaded in another dtype from its source)."""
     import torch
     from torchao.quantization import IntxUnpackedToInt8Tensor
-    from torchao.quantization.quant_primitives import (
-        _DTYPE_TO_QVALUE_BOUNDS, MappingType, choose_qparams_affine, quantize_affine)
+
+    from . import pack_worker
+
+    parts = pack_worker.submit(weight, scheme, group_size) if deferred else None
+    if parts is None:
+        return intx_here(weight, scheme, group_size, deferred)
+    columns = weight.shape[1]
+    block_size = (1, columns if group_size is None else group_size)
+    return IntxUnpackedToInt8Tensor(*parts, getattr(torch, scheme), block_size, weight.dtype, None)
+
+
+def intx_here(weight, scheme: str, group_size, deferred: bool):
+    """``_intx`` computed in this process."""
+    import torch
+    from torchao.quantization import IntxUnpackedToInt8Tensor
+    from torchao.quantization.quant_primitives import _DTYPE_TO_QVALUE_BOUNDS, MappingType, choose_qparams_affine
 
     from etmlx.lowering import deferred as deferred_constants
 
     target = getattr(torch, scheme)
-    qmin, qmax = _DTYPE_TO_QVALUE_BOUNDS[target]
     rows, columns = weight.shape
     block_size = (1, columns if group_size is None else group_size)
+    qmin, qmax = _DTYPE_TO_QVALUE_BOUNDS[target]
     blocks = row_blocks(rows, columns)
+
+    def scales(values):
+        return choose_qparams_affine(values, MappingType.SYMMETRIC, block_size, torch.int8, qmin, qmax,
+                                     zero_point_dtype=torch.int8, keepdim=True)
+
+    if not deferred:  # each block read once
+        qdata, parts = torch.empty(weight.shape, dtype=torch.int8), []
+        for rows_ in blocks:
+            with deferred_constants.rows(weight, rows_) as values:
+                parts.append(scales(values))
+                qdata[rows_] = _integers(values, *parts[-1], qmin, qmax)
+        return IntxUnpackedToInt8Tensor(qdata, *(torch.cat(part) for part in zip(*parts)), target, block_size,
+                                        weight.dtype, None)
     parts = []
     for rows_ in blocks:
         with deferred_constants.rows(weight, rows_) as values:
-            parts.append(choose_qparams_affine(values, MappingType.SYMMETRIC, block_size, torch.int8, qmin, qmax,
-                                              zero_point_dtype=torch.int8, keepdim=True))
+            parts.append(scales(values))
     scale, zero_point = (torch.cat(part) for part in zip(*parts))
 
     def integers():
@@ -135,12 +163,27 @@ def _intx(weight, scheme: str, group_size, deferred: bool):
         with torch.no_grad():
             for rows_ in blocks:
                 with deferred_constants.rows(weight, rows_) as values:
-                    qdata[rows_] = quantize_affine(values, block_size, scale[rows_], zero_point[rows_],
-                                                   output_dtype=torch.int8, quant_min=qmin, quant_max=qmax)
+                    qdata[rows_] = _integers(values, scale[rows_], zero_point[rows_], qmin, qmax)
         return qdata
 
-    qdata = deferred_constants.placeholder(weight.shape, torch.int8, integers) if deferred else integers()
+    qdata = deferred_constants.placeholder(weight.shape, torch.int8, integers)
     return IntxUnpackedToInt8Tensor(qdata, scale, zero_point, target, block_size, weight.dtype, None)
+
+
+def _integers(values, scale, zero_point, qmin: int, qmax: int):
+    """torchao's ``quantize_affine`` of the rows ``values`` (groups along each row, a
+    ``scale`` and ``zero_point`` per group, kept dims), its arithmetic in ``values``' dtype
+    op for op: ``clamp(round(values * (1 / scale)) + zero_point, qmin, qmax)`` as int8; in
+    place on one temporary (adding zero points of zero, which change no value, skipped)."""
+    import torch
+
+    rows, columns = values.shape
+    groups = scale.shape[-1]
+    quantized = values.view(rows, groups, columns // groups) * (1.0 / scale).view(rows, groups, 1)
+    quantized.round_()
+    if zero_point.any():
+        quantized += zero_point.view(rows, groups, 1)
+    return quantized.clamp_(qmin, qmax).view(rows, columns).to(torch.int8)
 
 
 def formats(model, names) -> dict:
@@ -174,7 +217,8 @@ MIXED = {"mixed_2_6": ("int2", "int6"), "mixed_3_4": ("int3", "int4"), "mixed_3_
 # MLX's float modes, by ExecuTorch's exportable configs (mxfp4, which they lack: etmlx's
 # own, ``etmlx/quant/mxfp4.py``): the values' group is the mode's.
 FLOAT_SCHEMES = {"mxfp4": 32, "mxfp8": 32, "nvfp4": 16}
-CHOICES = SCHEMES + tuple(MIXED) + tuple(FLOAT_SCHEMES)  # what quantize= takes
+INTEGER_SCHEMES = SCHEMES + tuple(MIXED)  # torchao's integer weights (``_intx``)
+CHOICES = INTEGER_SCHEMES + tuple(FLOAT_SCHEMES)  # what quantize= takes
 
 
 def _read_by_their_owner(module) -> set:

@@ -16,6 +16,7 @@ the layer runs on the float weight, computing what torchao computes.
 """
 
 import sys
+from functools import partial
 from typing import Optional
 
 import torch
@@ -24,6 +25,8 @@ from etmlx.serializer.constants import QUANTIZED_BITS, QUANTIZED_GROUP_SIZES
 from etmlx.serializer.generated.etmlx_ir import Binary, Dequantize, QuantizedMatmul, Take
 from etmlx.serializer.generated.etmlx_ir.BinaryOp import BinaryOp
 
+from .. import deferred
+from ..context import Stored, stored
 from ..dtypes import FLOATING
 from ..folding import evaluate_at_export
 from ..registry import is_frozen_placeholder, lowers
@@ -139,6 +142,16 @@ def _bitstream(values, bits: int, offset: int = 0):
     return words.reshape(*rows, -1).view(torch.uint32)
 
 
+def packed_form(bits: int) -> tuple:
+    """What names ``packed_integers``'s result among a constant's forms (``deferred.offer``)."""
+    return ("mlx packed", bits)
+
+
+def packed_integers(qdata, bits: int) -> Stored:
+    """``packed_weight``'s words of the integers ``qdata``, as the program stores them."""
+    return stored(_bitstream(qdata, bits, 2 ** (bits - 1)))
+
+
 def _bytes_of_values(unsigned, bits: int):
     """``_bitstream``'s words where a value never straddles a byte (2, 4 and 8 bits): the
     values of each byte or-ed at their shifts, four bytes a little-endian word."""
@@ -193,7 +206,8 @@ def packed_weight(ctx, args, dtype, narrow: bool = False):
     values packed once: the largest matrix of a small model, read and packed again
     at the end of lowering, set the export's peak."""
     def packed_values():
-        return ctx.add_constant(_bitstream(ctx.constant_values[args.qdata], args.bits, 2 ** (args.bits - 1)))
+        qdata, form = ctx.constant_values.unresolved(args.qdata), packed_form(args.bits)
+        return ctx.add_constant(deferred.prepared(qdata, form, partial(packed_integers, bits=args.bits)))
 
     values = [ctx.constant_values[a] if a is not None else None for a in (args.scale, args.zero_point)]
     scales, biases = mlx_scales(*values, args.group_size, args.bits, dtype, narrow)

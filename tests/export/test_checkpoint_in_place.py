@@ -88,6 +88,59 @@ def test_another_dtype_writes_the_bytes_of_loading_in_it(checkpoint, tmp_path):
     assert (tmp_path / "lazy.pte").read_bytes() == (tmp_path / "eager.pte").read_bytes()
 
 
+def _answered(monkeypatch) -> set:
+    """The jobs the packing worker answers from now on, by index (filled as they are read)."""
+    from etmlx.quant import pack_worker
+
+    answered, result = set(), pack_worker._Worker.result
+
+    def counted(worker, index):
+        value = result(worker, index)
+        if value is not None:
+            answered.add(index)
+        return value
+
+    monkeypatch.setattr(pack_worker._Worker, "result", counted)
+    return answered
+
+
+@pytest.mark.parametrize("dtype", [None, "float32"])
+def test_a_worker_process_quantizes_every_weight_to_the_same_bytes(checkpoint, deferred_export, dtype, tmp_path,
+                                                                   monkeypatch):
+    """With ``ETMLX_PACK_WORKER=1`` (a checkpoint this small gets none by default) every
+    weight is quantized and packed by the worker process (``etmlx/quant/pack_worker.py``),
+    from the mapped file, in the checkpoint's dtype and converted to float32: the file
+    this process writes alone."""
+    from etmlx.llm.export import export_llm
+
+    options = dict(max_context=CONTEXT, quantize="int4", group_size=32, dtype=dtype)
+    if dtype is None:
+        alone = deferred_export
+    else:
+        monkeypatch.setenv("ETMLX_PACK_WORKER", "0")
+        export_llm(checkpoint, alone := tmp_path / "alone.pte", **options)
+    monkeypatch.setenv("ETMLX_PACK_WORKER", "1")
+    answered = _answered(monkeypatch)
+    export_llm(checkpoint, tmp_path / "worker.pte", **options)
+    assert len(answered) == 7 + 2  # the projections, the embedding, the head
+    assert (tmp_path / "worker.pte").read_bytes() == alone.read_bytes()
+
+
+def test_a_worker_that_fails_leaves_its_weights_to_this_process(checkpoint, deferred_export, tmp_path, monkeypatch,
+                                                                caplog):
+    """A worker that stops (here: sent a weight past its file's end) gives nothing back;
+    its weights are quantized here, to the same file, and the log says why."""
+    from etmlx.llm.export import export_llm
+    from etmlx.quant import pack_worker
+
+    monkeypatch.setenv("ETMLX_PACK_WORKER", "1")
+    monkeypatch.setattr(pack_worker._Worker, "locate", lambda worker, tensor: (next(iter(worker.files)), 2**40))
+    answered = _answered(monkeypatch)
+    export_llm(checkpoint, tmp_path / "model.pte", max_context=CONTEXT, quantize="int4", group_size=32)
+    assert not answered and (tmp_path / "model.pte").read_bytes() == deferred_export.read_bytes()
+    assert "the packing worker stopped (" in caplog.text and "mmap" in caplog.text
+
+
 def _tiny_bf16_checkpoint(family: str, directory, **settings):
     tiny(family, num_hidden_layers=1, head_dim=16, **settings).to(torch.bfloat16).save_pretrained(directory)
     return directory

@@ -367,8 +367,9 @@ def test_every_quantized_rule_ran():
     ("int6", None, torch.float32), ("int8", 128, torch.bfloat16),
 ])
 def test_quantize_makes_what_torchaos_config_makes(scheme, group_size, dtype, monkeypatch):
-    """``quantize`` computes a weight in blocks of rows with torchao's own primitives
-    (here blocks of 3 rows): qdata, scales and zero points equal to what
+    """``quantize`` computes a weight in blocks of rows with torchao's ``choose_qparams_affine``
+    and its ``quantize_affine``'s arithmetic, op for op (here blocks of 3 rows): qdata,
+    scales and zero points equal to what
     ``IntxWeightOnlyConfig`` makes of the whole weight, linear and embedding alike."""
     from etmlx.quant import weights as quantization
 
