@@ -133,7 +133,12 @@ class _Worker:
     """The worker process, and a thread that takes its answers as they come. An answer
     names a file in a private directory that holds the values (``_written``), read here
     in one call when lowering wants them: bytes down a pipe would come 64 KiB a read, the
-    thread taking the interpreter's lock back after each from the tracing one."""
+    thread taking the interpreter's lock back after each from the tracing one.
+
+    Each job is done by whichever process claims it first (``_claimed``): the worker takes
+    them in order; this process, once its graph is built and it waits for an answer,
+    takes the one it waits for if the worker has not, else the last one not taken, so
+    that both use their cores to the end (an 8B model's weights outlast the graph work)."""
 
     def __init__(self, threads: int):
         self.files = {}  # path -> (address, size) of its memory map here
@@ -142,7 +147,8 @@ class _Worker:
         self._process = subprocess.Popen([sys.executable, "-m", __name__, str(threads), self._directory.name],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log)
         self._jobs, self._answers, self._ended = {}, {}, False  # job -> index; index -> its file's layout
-        self._read = {}  # index -> (scale, zero point, packed words)
+        self._read = {}  # index -> (scale, zero point, packed words), read or computed here
+        self._taken = set()  # the jobs the worker claimed before this process could
         self._arrived = threading.Condition()
         threading.Thread(target=self._receive, name="etmlx-pack-worker", daemon=True).start()
 
@@ -172,8 +178,11 @@ class _Worker:
         return self._jobs[job]
 
     def result(self, index: int):
-        """The worker's (scale, zero point, packed words: a ``Stored``) of job ``index``,
-        once they came; None where they will not."""
+        """The (scale, zero point, packed words: a ``Stored``) of job ``index``: the
+        worker's once they came, or computed here while waiting; None where the worker
+        will not answer."""
+        while index not in self._read and not self._answered(index) and self._do_one_here(index):
+            pass
         if index not in self._read:
             with self._arrived:
                 self._arrived.wait_for(lambda: index in self._answers or self._ended)
@@ -181,6 +190,26 @@ class _Worker:
                 return None
             self._read[index] = _read(os.path.join(self._directory.name, str(index)), self._answers[index])
         return self._read[index]
+
+    def _answered(self, index: int) -> bool:
+        with self._arrived:
+            return index in self._answers or self._ended
+
+    def _do_one_here(self, wanted: int) -> bool:
+        """Computes job ``wanted`` here if the worker has not claimed it, else the last
+        job neither has; whether there was one."""
+        jobs = {index: job for job, index in self._jobs.items()}
+        for index in [wanted, *sorted(jobs, reverse=True)]:
+            if index in self._read or index in self._taken or self._answered(index):
+                continue
+            if _claimed(self._directory.name, index):
+                try:
+                    self._read[index] = _quantized(*jobs[index])
+                except (OSError, ValueError):  # its file cannot be read so: from the tensor, as without a worker
+                    self._read[index] = None
+                return True
+            self._taken.add(index)
+        return False
 
     def _receive(self) -> None:
         try:
@@ -199,7 +228,7 @@ class _Worker:
     def stop(self) -> None:
         """Ends the worker; says why in the log where it ended by itself before answering."""
         with self._arrived:
-            failed = self._ended and len(self._answers) < len(self._jobs)
+            failed = self._ended and len(self._answers) + len(self._read) < len(self._jobs)
         with contextlib.suppress(OSError):
             self._process.stdin.close()
         self._process.kill()
@@ -318,6 +347,15 @@ def _read(path, layout) -> tuple:
     return *values, packed
 
 
+def _claimed(directory: str, index: int) -> bool:
+    """Claims job ``index`` for the calling process: False where the other has."""
+    try:
+        os.close(os.open(os.path.join(directory, f"{index}.claimed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
 def _name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -335,6 +373,8 @@ def _serve(threads: int, directory: str) -> None:
             index, *job = pickle.load(jobs)
         except EOFError:
             return
+        if not _claimed(directory, index):
+            continue  # the exporting process does it
         layout = _written(os.path.join(directory, str(index)), *_quantized(*job))
         pickle.dump((index, layout), answers, protocol=pickle.HIGHEST_PROTOCOL)
         answers.flush()

@@ -126,10 +126,10 @@ def test_a_worker_process_quantizes_every_weight_to_the_same_bytes(checkpoint, d
     assert (tmp_path / "worker.pte").read_bytes() == alone.read_bytes()
 
 
-def test_a_worker_that_fails_leaves_its_weights_to_this_process(checkpoint, deferred_export, tmp_path, monkeypatch,
-                                                                caplog):
-    """A worker that stops (here: sent a weight past its file's end) gives nothing back;
-    its weights are quantized here, to the same file, and the log says why."""
+def test_weights_the_worker_cannot_read_are_quantized_here(checkpoint, deferred_export, tmp_path, monkeypatch):
+    """Weights named to the worker by a place it cannot read (here: past their file's end)
+    get no answer, from the worker or from this process taking them over while it waits;
+    they are quantized here from the tensors, to the same file."""
     from etmlx.llm.export import export_llm
     from etmlx.quant import pack_worker
 
@@ -138,6 +138,17 @@ def test_a_worker_that_fails_leaves_its_weights_to_this_process(checkpoint, defe
     answered = _answered(monkeypatch)
     export_llm(checkpoint, tmp_path / "model.pte", max_context=CONTEXT, quantize="int4", group_size=32)
     assert not answered and (tmp_path / "model.pte").read_bytes() == deferred_export.read_bytes()
+
+
+def test_a_worker_that_fails_says_why_as_it_is_stopped(checkpoint, caplog):
+    from etmlx.quant import pack_worker
+
+    worker = pack_worker._Worker(1)
+    path = str(next(checkpoint.glob("*.safetensors")))
+    worker.send((path, 2**40, (4, 64), "bfloat16", "bfloat16", "int4", 32))
+    with worker._arrived:
+        assert worker._arrived.wait_for(lambda: worker._ended, timeout=120)
+    worker.stop()
     assert "the packing worker stopped (" in caplog.text and "mmap" in caplog.text
 
 
