@@ -171,11 +171,12 @@ class LoweringContext:
 
 @dataclass(frozen=True)
 class Stored:
-    """A constant as the program stores it (``stored``): its bytes, their key, its IR
-    dtype and shape. ``add_constant`` takes one in place of the tensor: one made in
-    another process (``etmlx/quant/pack_worker.py``) comes so."""
+    """A constant as the program stores it (``stored``): its bytes (or ExecuTorch's
+    ``FileBackedData``, a file holding them), their key, its IR dtype and shape.
+    ``add_constant`` takes one in place of the tensor: one made in another process
+    (``etmlx/quant/pack_worker.py``) comes so."""
 
-    data: bytes
+    data: object
     key: str
     dtype: int
     shape: tuple

@@ -131,9 +131,12 @@ def _placeholders(weight, scheme, group_size, result):
 
 class _Worker:
     """The worker process, and a thread that takes its answers as they come. An answer
-    names a file in a private directory that holds the values (``_written``), read here
-    in one call when lowering wants them: bytes down a pipe would come 64 KiB a read, the
-    thread taking the interpreter's lock back after each from the tracing one.
+    names files in a private directory that hold the values (``_written``): the scales
+    and zero points are read when lowering wants them, each in one call (bytes down a
+    pipe came 64 KiB a read, the thread taking the interpreter's lock back after each
+    from the tracing one); the packed words stay there until the program is written
+    (``_read``), so this process never holds them. The directory goes when the worker
+    is stopped, after the export has written its file.
 
     Each job is done by whichever process claims it first (``_claimed``): the worker takes
     them in order; this process, once its graph is built and it waits for an answer,
@@ -316,35 +319,35 @@ def _quantized(path, offset, shape, dtype, wanted, scheme, group_size) -> tuple:
 
 
 def _written(path, scale, zero_point, packed) -> tuple:
-    """Writes the bytes of a job's results into the file ``path``; returns what ``_read``
-    needs of them besides."""
+    """Writes a job's packed words into the file ``path``.packed, its scales and zero
+    points into ``path``.parts; returns what ``_read`` needs of them besides."""
     from etmlx.lowering.dtypes import tensor_bytes
 
-    with open(path, "wb") as f:
+    with open(f"{path}.packed", "wb") as f:
         f.write(packed.data)
+    with open(f"{path}.parts", "wb") as f:
         for tensor in (scale, zero_point):
             f.write(tensor_bytes(tensor))
-    return (len(packed.data), packed.key, packed.dtype, packed.shape), [(_name(t.dtype), tuple(t.shape))
-                                                                       for t in (scale, zero_point)]
+    return (packed.key, packed.dtype, packed.shape), [(_name(t.dtype), tuple(t.shape)) for t in (scale, zero_point)]
 
 
 def _read(path, layout) -> tuple:
-    """(scale, zero point, ``Stored`` packed words) from a file ``_written`` wrote, which
-    is removed; each part read in one call."""
+    """(scale, zero point, ``Stored`` packed words) from the files ``_written`` wrote: the
+    scales and zero points read (each in one call), the packed words left in their file
+    (ExecuTorch's ``FileBackedData``), which the program copies as it is written."""
     import torch
+    from executorch.exir._serialize._cord import FileBackedData
 
     from etmlx.lowering.context import Stored
 
-    (length, key, ir_dtype, shape), tensors = layout
+    (key, ir_dtype, shape), tensors = layout
     values = []
-    with open(path, "rb") as f:
-        packed = Stored(f.read(length), key, ir_dtype, shape)
+    with open(f"{path}.parts", "rb") as f:
         for dtype, dims in tensors:
             raw = bytearray(getattr(torch, dtype).itemsize * math.prod(dims))
             f.readinto(raw)
             values.append(torch.frombuffer(raw, dtype=torch.uint8).view(getattr(torch, dtype)).reshape(dims))
-    os.remove(path)
-    return *values, packed
+    return *values, Stored(FileBackedData(f"{path}.packed"), key, ir_dtype, shape)
 
 
 def _claimed(directory: str, index: int) -> bool:
