@@ -368,10 +368,15 @@ def _copied_file_class():
             if not hasattr(os, "copy_file_range"):
                 return super().write_to_file(outfile)
             outfile.flush()  # the copy goes where the file's position is
+            left = len(self)
             with open(self.path, "rb") as f:
-                left = len(self)
                 while left:
-                    copied = os.copy_file_range(f.fileno(), outfile.fileno(), left)
+                    try:
+                        copied = os.copy_file_range(f.fileno(), outfile.fileno(), left)
+                    except OSError:  # the kernel's refusal (another filesystem, say) comes before any byte
+                        if left < len(self):
+                            raise
+                        return super().write_to_file(outfile)
                     if copied == 0:
                         raise OSError(f"{self.path} ended {left} bytes early")
                     left -= copied

@@ -140,6 +140,27 @@ def test_weights_the_worker_cannot_read_are_quantized_here(checkpoint, deferred_
     assert not answered and (tmp_path / "model.pte").read_bytes() == deferred_export.read_bytes()
 
 
+@pytest.mark.parametrize("kernel_copies", [True, False])
+def test_a_workers_file_is_copied_into_the_program_where_it_is_written(kernel_copies, tmp_path, monkeypatch):
+    """The packed words the worker leaves in a file land at the program's position, by
+    the kernel's copy or, where it refuses (another filesystem), by ExecuTorch's own."""
+    import errno
+
+    from etmlx.quant import pack_worker
+
+    (tmp_path / "words").write_bytes(payload := os.urandom(3 * 2**20 + 5))
+    if not kernel_copies:
+        def refused(*arguments):
+            raise OSError(errno.EXDEV, "cross-device")
+
+        monkeypatch.setattr(os, "copy_file_range", refused, raising=False)
+    with open(tmp_path / "program", "wb") as program:
+        program.write(b"head")
+        pack_worker._copied_file(str(tmp_path / "words")).write_to_file(program)
+        program.write(b"tail")
+    assert (tmp_path / "program").read_bytes() == b"head" + payload + b"tail"
+
+
 def test_a_worker_that_fails_says_why_as_it_is_stopped(checkpoint, caplog):
     from etmlx.quant import pack_worker
 
