@@ -262,7 +262,7 @@ def _quantized_weight(tensor, kind: str, shape: tuple, order, processor, dtype, 
 
     from etmlx.lowering import deferred as deferred_constants
     from etmlx.lowering.mapped_pages import release
-    from etmlx.quant.weights import row_blocks
+    from etmlx.quant.intx import row_blocks
 
     if kind not in BITS:
         return None, f"no exact layout in MLX's quantized kernels (etmlx runs {', '.join(BITS)})"

@@ -13,7 +13,7 @@ names a weight to it by where it lies in a memory-mapped safetensors file
 (``mapped_files``) and gives back placeholders of its integers, scales and zero points
 (``lowering/deferred.py``), which the worker's results fill, and offers lowering the
 packed words it stores. The worker computes them with this process's own functions
-(``weights.intx_here``, ``rules.quantized.packed_integers``) from the same bytes: the
+(``intx.quantized``, ``rules.quantized.packed_integers``) from the same bytes: the
 program is the same, byte for byte. A weight the worker does not give back (it failed,
 or was stopped) is computed here when it is read.
 """
@@ -81,7 +81,7 @@ def add_files(model, model_dir) -> None:
 
 
 def submit(weight, scheme: str, group_size):
-    """(integers, scale, zero point) of ``weight`` quantized as ``weights._intx`` quantizes
+    """(integers, scale, zero point) of ``weight`` quantized as ``intx.quantized`` quantizes
     it, placeholders whose values the running worker computes (the integers' packed words
     offered to lowering), or None: no worker, or ``weight`` not read from a mapped file."""
     from etmlx.lowering import deferred
@@ -101,30 +101,30 @@ def submit(weight, scheme: str, group_size):
 
 def _placeholders(weight, scheme, group_size, result):
     """``submit``'s placeholders, filled from ``result()`` (the worker's answer, or None:
-    then computed here as ``intx_here`` computes them)."""
+    then computed here as ``intx.quantized`` computes them)."""
     import torch
 
     from etmlx.lowering import deferred
     from etmlx.lowering.rules.quantized import packed_form
 
-    from .weights import _bits, intx_here
+    from .intx import bits, quantized
 
     @functools.cache
     def here():  # where the worker gave nothing back: scales computed here, integers when read
         with torch.no_grad():
-            return intx_here(weight, scheme, group_size, deferred=True)
+            return quantized(weight, scheme, group_size, deferred=True)
 
     def part(name: str, index: int):
         answer = result()
         return getattr(here(), name) if answer is None else answer[index]
 
-    example = intx_here(torch.zeros((1, weight.shape[1]), dtype=weight.dtype), scheme, group_size, deferred=False)
+    example = quantized(torch.zeros((1, weight.shape[1]), dtype=weight.dtype), scheme, group_size, deferred=False)
     rows = weight.shape[0]
     scale = deferred.placeholder((rows, *example.scale.shape[1:]), example.scale.dtype, lambda: part("scale", 0))
     zero_point = deferred.placeholder((rows, *example.zero_point.shape[1:]), example.zero_point.dtype,
                                       lambda: part("zero_point", 1))
     integers = deferred.placeholder(weight.shape, torch.int8, lambda: deferred.resolve(here().qdata))
-    deferred.offer(integers, packed_form(_bits(scheme)), lambda: None if result() is None else result()[2])
+    deferred.offer(integers, packed_form(bits(scheme)), lambda: None if result() is None else result()[2])
     return integers, scale, zero_point
 
 
@@ -255,7 +255,7 @@ def _likely_weights(paths, scheme: str, group_size, dtype) -> list:
 
     from etmlx.llm import safetensors_file
 
-    from .weights import SCHEMES
+    from .intx import SCHEMES
 
     if scheme not in SCHEMES:
         return []
@@ -305,7 +305,7 @@ def _quantized(path, offset, shape, dtype, wanted, scheme, group_size) -> tuple:
     from etmlx.lowering import deferred
     from etmlx.lowering.rules.quantized import packed_integers
 
-    from .weights import _bits, intx_here
+    from .intx import bits, quantized
 
     source_dtype = getattr(torch, dtype)
     count = int(np.prod(shape)) * source_dtype.itemsize
@@ -313,8 +313,8 @@ def _quantized(path, offset, shape, dtype, wanted, scheme, group_size) -> tuple:
     source = torch.from_numpy(mapped).view(source_dtype).reshape(shape)
     with deferred.scope(), torch.no_grad():
         weight = source if dtype == wanted else deferred.converted(source, getattr(torch, wanted))
-        quantized = intx_here(weight, scheme, group_size, deferred=False)
-    return quantized.scale, quantized.zero_point, packed_integers(quantized.qdata, _bits(scheme))
+        quantized = quantized(weight, scheme, group_size, deferred=False)
+    return quantized.scale, quantized.zero_point, packed_integers(quantized.qdata, bits(scheme))
 
 
 def _written(path, scale, zero_point, packed) -> tuple:

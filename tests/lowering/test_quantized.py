@@ -371,9 +371,9 @@ def test_quantize_makes_what_torchaos_config_makes(scheme, group_size, dtype, mo
     and its ``quantize_affine``'s arithmetic, op for op (here blocks of 3 rows): qdata,
     scales and zero points equal to what
     ``IntxWeightOnlyConfig`` makes of the whole weight, linear and embedding alike."""
-    from etmlx.quant import weights as quantization
+    from etmlx.quant import intx, weights as quantization
 
-    monkeypatch.setattr(quantization, "ROWS_AT_ONCE_VALUES", 3 * 128)
+    monkeypatch.setattr(intx, "ROWS_AT_ONCE_VALUES", 3 * 128)
     for layer in (torch.nn.Linear(128, 10), torch.nn.Embedding(11, 128)):
         layer = layer.to(dtype)
         with torch.no_grad():  # a row of zeros (the smallest scale), one of large values, halves to round
