@@ -2,6 +2,7 @@
 through the stages in ``pipeline.py``; ``tensor_parallel=N`` through ``parallel/export.py``."""
 
 from .errors import ExportError
+from .lowering.spilled import files_beside
 from .pipeline import lower_methods, to_executorch, trace, write
 
 
@@ -19,8 +20,9 @@ def export_methods(methods, path, *, tensor_parallel=None, model=None):
         from .parallel.export import export_ranks
 
         return export_ranks(path, tensor_parallel, methods, model)
-    program, report = lower_methods(methods)
-    return write(program, report, path)
+    with files_beside(path):  # large constants wait in files, not in memory, until written
+        program, report = lower_methods(methods)
+        return write(program, report, path)
 
 
 def export(
@@ -58,8 +60,9 @@ def export(
 
         module, quantized = quantized_copy(module, quantize, group_size, quantize_embeddings)
         runs_as = formats(module, quantized)
-    program, report = to_executorch(module, example_inputs, dynamic_shapes)
-    result = write(program, report, path)
+    with files_beside(path):
+        program, report = to_executorch(module, example_inputs, dynamic_shapes)
+        result = write(program, report, path)
     result.quantized, result.formats = tuple(quantized), runs_as
     return result
 

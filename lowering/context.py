@@ -14,6 +14,7 @@ from etmlx.serializer.ir import IntOrSlotT, TidT, int_or_slot, tid
 
 from . import deferred
 from .dtypes import ir_dtype, tensor_bytes
+from .spilled import spilled
 
 CONSTANT_KEY_PREFIX = "etmlx."
 
@@ -131,9 +132,10 @@ class LoweringContext:
             self.graph.outputs.append(_value(ValueKind.Tensor, self.tensor(node).idx))
 
     def add_constant(self, value) -> TidT:
-        """A slot holding ``value``, a tensor or its ``Stored`` form."""
+        """A slot holding ``value``, a tensor or its ``Stored`` form; a large one's bytes kept
+        in a file until the program is written, where a block asks for that (``spilled``)."""
         ref = self.new_tensor()
-        self.graph.constants.append(self._named_tensor(ref, value))
+        self.graph.constants.append(self._named_tensor(ref, value, spill=True))
         return ref
 
     def store_named_data(self) -> None:
@@ -160,9 +162,10 @@ class LoweringContext:
         buffer = self._buffers[buffer_node]
         buffer.update, buffer.hasUpdate = self.tensor(value_node).idx, True
 
-    def _named_tensor(self, ref: TidT, value):
+    def _named_tensor(self, ref: TidT, value, spill: bool = False):
         constant = value if isinstance(value, Stored) else stored(value)
-        self._bytes[constant.key] = constant.data
+        if constant.key not in self._bytes:  # the same bytes (their key is their hash): written once
+            self._bytes[constant.key] = spilled(constant.data) if spill else constant.data
         named = NamedTensor.NamedTensorT()
         named.slot, named.key = ref.idx, constant.key
         named.dtype, named.shape = constant.dtype, list(constant.shape)

@@ -333,10 +333,11 @@ def _written(path, scale, zero_point, packed) -> tuple:
 def _read(path, layout) -> tuple:
     """(scale, zero point, ``Stored`` packed words) from the files ``_written`` wrote: the
     scales and zero points read (each in one call), the packed words left in their file
-    (ExecuTorch's ``FileBackedData``), which the program copies as it is written."""
+    (``lowering.spilled.copied_file``), which the program copies as it is written."""
     import torch
 
     from etmlx.lowering.context import Stored
+    from etmlx.lowering.spilled import copied_file
 
     (key, ir_dtype, shape), tensors = layout
     values = []
@@ -345,43 +346,7 @@ def _read(path, layout) -> tuple:
             raw = bytearray(getattr(torch, dtype).itemsize * math.prod(dims))
             f.readinto(raw)
             values.append(torch.frombuffer(raw, dtype=torch.uint8).view(getattr(torch, dtype)).reshape(dims))
-    return *values, Stored(_copied_file(f"{path}.packed"), key, ir_dtype, shape)
-
-
-def _copied_file(path):
-    """ExecuTorch's ``FileBackedData`` of ``path``, copied into the program by the kernel
-    where it can (``copy_file_range``, Linux) rather than 8 MiB at a time through this
-    process."""
-    return _copied_file_class()(path)
-
-
-@functools.cache
-def _copied_file_class():
-    from executorch.exir._serialize._cord import FileBackedData
-
-    class CopiedFile(FileBackedData):
-        def __init__(self, path):
-            super().__init__(path)
-            self.path = path
-
-        def write_to_file(self, outfile) -> None:
-            if not hasattr(os, "copy_file_range"):
-                return super().write_to_file(outfile)
-            outfile.flush()  # the copy goes where the file's position is
-            left = len(self)
-            with open(self.path, "rb") as f:
-                while left:
-                    try:
-                        copied = os.copy_file_range(f.fileno(), outfile.fileno(), left)
-                    except OSError:  # the kernel's refusal (another filesystem, say) comes before any byte
-                        if left < len(self):
-                            raise
-                        return super().write_to_file(outfile)
-                    if copied == 0:
-                        raise OSError(f"{self.path} ended {left} bytes early")
-                    left -= copied
-
-    return CopiedFile
+    return *values, Stored(copied_file(f"{path}.packed"), key, ir_dtype, shape)
 
 
 def _claimed(directory: str, index: int) -> bool:

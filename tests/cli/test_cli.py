@@ -82,6 +82,7 @@ def test_npz_arrays_in_input_order(tmp_path):
         (["run", "README.md"], "not an ExecuTorch .pte file"),
         (["export", "examples/models.py", "-o", "x.pte"], "expected FILE.py:FACTORY"),
         (["export", "examples/models.py:missing", "-o", "x.pte"], "has no callable 'missing'"),
+        (["export", "examples/models.py:mlp", "-o", "no/such/folder/x.pte"], "no folder"),
     ],
 )
 def test_bad_input_is_one_clear_line(args, message):

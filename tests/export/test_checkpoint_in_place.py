@@ -141,12 +141,14 @@ def test_weights_the_worker_cannot_read_are_quantized_here(checkpoint, deferred_
 
 
 @pytest.mark.parametrize("kernel_copies", [True, False])
-def test_a_workers_file_is_copied_into_the_program_where_it_is_written(kernel_copies, tmp_path, monkeypatch):
-    """The packed words the worker leaves in a file land at the program's position, by
-    the kernel's copy or, where it refuses (another filesystem), by ExecuTorch's own."""
+def test_a_file_backed_constant_is_copied_into_the_program_where_it_is_written(kernel_copies, tmp_path,
+                                                                                monkeypatch):
+    """Bytes left in a file (the worker's packed words, a spilled constant) land at the
+    program's position, by the kernel's copy or, where it refuses (another filesystem),
+    by ExecuTorch's own."""
     import errno
 
-    from etmlx.quant import pack_worker
+    from etmlx.lowering.spilled import copied_file
 
     (tmp_path / "words").write_bytes(payload := os.urandom(3 * 2**20 + 5))
     if not kernel_copies:
@@ -156,9 +158,26 @@ def test_a_workers_file_is_copied_into_the_program_where_it_is_written(kernel_co
         monkeypatch.setattr(os, "copy_file_range", refused, raising=False)
     with open(tmp_path / "program", "wb") as program:
         program.write(b"head")
-        pack_worker._copied_file(str(tmp_path / "words")).write_to_file(program)
+        copied_file(str(tmp_path / "words")).write_to_file(program)
         program.write(b"tail")
     assert (tmp_path / "program").read_bytes() == b"head" + payload + b"tail"
+
+
+def test_large_constants_wait_in_files_for_the_program(checkpoint, deferred_export, tmp_path, monkeypatch):
+    """Constants of ``SPILLED_BYTES`` or more (here 1 KiB) wait in files beside the output
+    from when they are lowered until the program is written (``lowering/spilled.py``):
+    the same program, and nothing left beside it."""
+    from etmlx.llm.export import export_llm
+    from etmlx.lowering import spilled
+
+    monkeypatch.setattr(spilled, "SPILLED_BYTES", 1024)
+    made, copied_file = [], spilled.copied_file
+    monkeypatch.setattr(spilled, "copied_file", lambda path: made.append(path) or copied_file(path))
+    (tmp_path / "out").mkdir()
+    export_llm(checkpoint, tmp_path / "out" / "model.pte", max_context=CONTEXT, quantize="int4", group_size=32)
+    assert len(made) >= 7 + 2 and {os.path.dirname(os.path.dirname(path)) for path in made} == {str(tmp_path / "out")}
+    assert (tmp_path / "out" / "model.pte").read_bytes() == deferred_export.read_bytes()
+    assert sorted(os.listdir(tmp_path / "out")) == sorted(os.listdir(deferred_export.parent))  # the same files
 
 
 def test_a_worker_that_fails_says_why_as_it_is_stopped(checkpoint, caplog):
