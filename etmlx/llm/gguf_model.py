@@ -261,7 +261,9 @@ def _quantized_weight(tensor, kind: str, shape: tuple, order, processor, dtype, 
     from torchao.quantization import IntxUnpackedToInt8Tensor
 
     from etmlx.lowering import deferred as deferred_constants
+    from etmlx.lowering.context import stored
     from etmlx.lowering.mapped_pages import release
+    from etmlx.lowering.rules.quantized import packed_form, packed_words
     from etmlx.quant.intx import row_blocks
 
     if kind not in BITS:
@@ -300,16 +302,31 @@ def _quantized_weight(tensor, kind: str, shape: tuple, order, processor, dtype, 
     scale = torch.where(constant, torch.ones_like(scale), scale)
     zero_point = -offset - bias.double() / scale.double()
 
-    def integers():
-        qdata = torch.empty(shape, dtype=torch.int8)
-        for rows_ in blocks:
-            block = raw[order[rows_]]
-            unsigned = _fields(torch.from_numpy(block), kind, len(block), columns)[0]
-            qdata[rows_] = torch.where(constant[rows_].repeat_interleave(GROUP, -1), 0, unsigned) - offset
-        release(raw)
-        return qdata
+    def integers_of(rows_):
+        block = raw[order[rows_]]
+        unsigned = _fields(torch.from_numpy(block), kind, len(block), columns)[0]
+        return (torch.where(constant[rows_].repeat_interleave(GROUP, -1), 0, unsigned) - offset).to(torch.int8)
 
-    qdata = deferred_constants.placeholder(shape, torch.int8, integers) if deferred else integers()
+    def decoded(width: int, dtype, form=lambda values: values):
+        """``form`` of the integer values (of ``width`` columns), a block of rows at a time."""
+        result = torch.empty(rows, width, dtype=dtype)
+        for rows_ in blocks:
+            result[rows_] = form(integers_of(rows_))
+        release(raw)
+        return result
+
+    def integers():
+        return decoded(columns, torch.int8)
+
+    def packed():  # never the whole matrix of integers (an embedding's: 0.25 GB at 1B)
+        return stored(decoded(columns * bits // 32, torch.int32,
+                              lambda values: packed_words(values, bits).view(torch.int32)).view(torch.uint32))
+
+    if not deferred:
+        qdata = integers()
+    else:
+        qdata = deferred_constants.placeholder(shape, torch.int8, integers)
+        deferred_constants.offer(qdata, packed_form(bits), packed)  # what lowering packs, read by rows
     weight = IntxUnpackedToInt8Tensor(
         qdata=qdata, scale=scale.to(dtype), zero_point=zero_point.to(dtype), target_dtype=getattr(torch, f"int{bits}"),
         block_size=(1, GROUP), dtype=dtype, activation_quantization=None)

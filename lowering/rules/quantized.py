@@ -88,7 +88,7 @@ def mlx_layout(qdata, scale, zero_point, group_size: int, bits: int, dtype, narr
     a matrix, or of each matrix of a stack). ``narrow``: float32 scales and biases that
     float16 holds exactly (a GGUF file's) are stored as float16, which MLX's matmul
     widens exactly."""
-    return (_bitstream(qdata, bits, 2 ** (bits - 1)),
+    return (packed_words(qdata, bits),
             *mlx_scales(scale, zero_point, group_size, bits, dtype, narrow))
 
 
@@ -149,7 +149,13 @@ def packed_form(bits: int) -> tuple:
 
 def packed_integers(qdata, bits: int) -> Stored:
     """``packed_weight``'s words of the integers ``qdata``, as the program stores them."""
-    return stored(_bitstream(qdata, bits, 2 ** (bits - 1)))
+    return stored(packed_words(qdata, bits))
+
+
+def packed_words(qdata, bits: int):
+    """MLX's uint32 words of the signed ``bits``-bit integers ``qdata``, row by row: a block
+    of rows packs to the same rows of a whole matrix's words."""
+    return _bitstream(qdata, bits, 2 ** (bits - 1))
 
 
 def _bytes_of_values(unsigned, bits: int):

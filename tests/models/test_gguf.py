@@ -194,6 +194,29 @@ def test_bfloat16_keeps_the_layers_quantized_near_its_rounding(tmp_path):
     assert float((logits(loaded.model) - exact).abs().max()) < 3 * float((rounded - exact).abs().max())
 
 
+def test_lowering_takes_each_weight_packed_a_block_of_rows_at_a_time(exported, monkeypatch):
+    """The packed words a GGUF load offers lowering, decoded from the file's blocks a block
+    of rows at a time (an embedding's integers are never whole: 0.25 GB at 1B), are its
+    integers packed whole, for every type kept."""
+    from torchao.quantization import IntxUnpackedToInt8Tensor
+
+    from etmlx.lowering import deferred
+    from etmlx.lowering.rules.quantized import packed_form, packed_integers
+    from etmlx.quant import intx
+
+    monkeypatch.setattr(intx, "ROWS_AT_ONCE_VALUES", 3 * 256)  # three rows a block, one short at the end
+    with deferred.scope():
+        model = gguf_model.load(exported[0], torch.float32, deferred=True).model
+        weights = {id(m.weight): m.weight for m in model.modules()
+                   if isinstance(getattr(m, "weight", None), IntxUnpackedToInt8Tensor)}
+        assert len(weights) == 8  # the layer's 7 matrices and the table (the head's too)
+        for weight in weights.values():
+            bits = int(str(weight.target_dtype).removeprefix("torch.int"))
+            offered = deferred.prepared(weight.qdata, packed_form(bits), lambda values: None)
+            whole = packed_integers(deferred.resolve(weight.qdata), bits)
+            assert offered is not None and (offered.data, offered.shape) == (whole.data, whole.shape)
+
+
 @pytest.mark.parametrize("kind", KEPT)
 def test_each_type_decodes_to_what_gguf_dequantizes(kind):
     rng = np.random.default_rng(1)
