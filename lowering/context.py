@@ -19,10 +19,11 @@ from .spilled import spilled
 CONSTANT_KEY_PREFIX = "etmlx."
 
 
-def constant_key(data: bytes) -> str:
-    """Content-addressed key: identical weights share one entry across partitions and
-    methods, and two different tensors can never collide on a generated name."""
-    return CONSTANT_KEY_PREFIX + hashlib.sha256(data).hexdigest()[:32]
+def constant_key(sha256: bytes) -> str:
+    """Content-addressed key, of the bytes' SHA-256: identical weights share one entry
+    across partitions and methods, and two different tensors can never collide on a
+    generated name."""
+    return CONSTANT_KEY_PREFIX + sha256.hex()[:32]
 
 
 class LoweringContext:
@@ -165,7 +166,7 @@ class LoweringContext:
     def _named_tensor(self, ref: TidT, value, spill: bool = False):
         constant = value if isinstance(value, Stored) else stored(value)
         if constant.key not in self._bytes:  # the same bytes (their key is their hash): written once
-            self._bytes[constant.key] = spilled(constant.data) if spill else constant.data
+            self._bytes[constant.key] = spilled(constant.data, constant.sha256) if spill else constant.data
         named = NamedTensor.NamedTensorT()
         named.slot, named.key = ref.idx, constant.key
         named.dtype, named.shape = constant.dtype, list(constant.shape)
@@ -175,20 +176,24 @@ class LoweringContext:
 @dataclass(frozen=True)
 class Stored:
     """A constant as the program stores it (``stored``): its bytes (or ExecuTorch's
-    ``FileBackedData``, a file holding them), their key, its IR dtype and shape.
+    ``FileBackedData``, a file holding them), their SHA-256, its IR dtype and shape.
     ``add_constant`` takes one in place of the tensor: one made in another process
     (``etmlx/quant/pack_worker.py``) comes so."""
 
     data: object
-    key: str
+    sha256: bytes
     dtype: int
     shape: tuple
+
+    @property
+    def key(self) -> str:
+        return constant_key(self.sha256)
 
 
 def stored(value: torch.Tensor) -> Stored:
     data = tensor_bytes(value)
     release(value)  # a weight stored as it was loaded: its pages of the checkpoint
-    return Stored(data, constant_key(data), ir_dtype(value.dtype), tuple(value.shape))
+    return Stored(data, hashlib.sha256(data).digest(), ir_dtype(value.dtype), tuple(value.shape))
 
 
 class ConstantValues(dict):

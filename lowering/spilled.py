@@ -21,7 +21,7 @@ from etmlx.errors import ExportError
 
 SPILLED_BYTES = 2**20  # smaller constants stay in memory
 
-_folders = []  # the open blocks' folders, innermost last
+_folders = []  # the open blocks': (folder, {SHA-256: its file}), innermost last
 
 
 @contextlib.contextmanager
@@ -33,34 +33,40 @@ def files_beside(output):
     if not os.path.isdir(beside):
         raise ExportError(f"{output}: no folder {beside} to write it in")
     with tempfile.TemporaryDirectory(prefix=".etmlx-constants-", dir=beside) as folder:
-        _folders.append(folder)
+        _folders.append((folder, {}))
         try:
             yield
         finally:
             _folders.pop()
 
 
-def spilled(data):
-    """``data`` (bytes) written to a file of the innermost ``files_beside`` folder, as a
-    ``copied_file``; ``data`` itself outside such a block, where it is smaller than
-    ``SPILLED_BYTES`` or not bytes, or where no file could be written (a full disk)."""
+def spilled(data, sha256: bytes):
+    """``data`` (bytes whose SHA-256 is ``sha256``) written to a file of the innermost
+    ``files_beside`` folder, as a ``copied_file``, once for all its users (the methods
+    of a program share weights); ``data`` itself outside such a block, where it is
+    smaller than ``SPILLED_BYTES`` or not bytes, or where no file could be written (a
+    full disk)."""
     if not _folders or not isinstance(data, bytes) or len(data) < SPILLED_BYTES:
         return data
-    descriptor, path = tempfile.mkstemp(suffix=".bin", dir=_folders[-1])
-    try:
-        with os.fdopen(descriptor, "wb") as f:
-            f.write(data)
-    except OSError:
-        os.remove(path)
-        return data
-    return copied_file(path)
+    folder, files = _folders[-1]
+    if sha256 not in files:
+        descriptor, path = tempfile.mkstemp(suffix=".bin", dir=folder)
+        try:
+            with os.fdopen(descriptor, "wb") as f:
+                f.write(data)
+        except OSError:
+            os.remove(path)
+            return data
+        files[sha256] = copied_file(path, sha256)
+    return files[sha256]
 
 
-def copied_file(path):
-    """ExecuTorch's ``FileBackedData`` of ``path``, copied into the program by the kernel
-    where it can (``copy_file_range``, Linux) rather than 8 MiB at a time through this
-    process."""
-    return _copied_file_class()(path)
+def copied_file(path, sha256: bytes):
+    """ExecuTorch's ``FileBackedData`` of ``path``, whose bytes' SHA-256 is ``sha256``
+    (which ExecuTorch's store would otherwise compute by reading the file where two
+    delegates store it), copied into the program by the kernel where it can
+    (``copy_file_range``, Linux) rather than 8 MiB at a time through this process."""
+    return _copied_file_class()(path, sha256)
 
 
 @functools.cache
@@ -68,8 +74,8 @@ def _copied_file_class():
     from executorch.exir._serialize._cord import FileBackedData
 
     class CopiedFile(FileBackedData):
-        def __init__(self, path):
-            super().__init__(path)
+        def __init__(self, path, sha256):
+            super().__init__(path, sha256=sha256)
             self.path = path
 
         def write_to_file(self, outfile) -> None:

@@ -327,7 +327,7 @@ def _written(path, scale, zero_point, packed) -> tuple:
     with open(f"{path}.parts", "wb") as f:
         for tensor in (scale, zero_point):
             f.write(tensor_bytes(tensor))
-    return (packed.key, packed.dtype, packed.shape), [(_name(t.dtype), tuple(t.shape)) for t in (scale, zero_point)]
+    return (packed.sha256, packed.dtype, packed.shape), [(_name(t.dtype), tuple(t.shape)) for t in (scale, zero_point)]
 
 
 def _read(path, layout) -> tuple:
@@ -339,14 +339,14 @@ def _read(path, layout) -> tuple:
     from etmlx.lowering.context import Stored
     from etmlx.lowering.spilled import copied_file
 
-    (key, ir_dtype, shape), tensors = layout
+    (sha256, ir_dtype, shape), tensors = layout
     values = []
     with open(f"{path}.parts", "rb") as f:
         for dtype, dims in tensors:
             raw = bytearray(getattr(torch, dtype).itemsize * math.prod(dims))
             f.readinto(raw)
             values.append(torch.frombuffer(raw, dtype=torch.uint8).view(getattr(torch, dtype)).reshape(dims))
-    return *values, Stored(copied_file(f"{path}.packed"), key, ir_dtype, shape)
+    return *values, Stored(copied_file(f"{path}.packed", sha256), sha256, ir_dtype, shape)
 
 
 def _claimed(directory: str, index: int) -> bool:

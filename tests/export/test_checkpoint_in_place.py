@@ -3,6 +3,7 @@ checkpoint's dtype, a quantized weight's integers are made only as lowering pack
 (lowering/deferred.py), and the program is byte for byte what quantizing the loaded
 model first writes. A damaged or incomplete checkpoint is one error that names it."""
 
+import hashlib
 import os
 import shutil
 
@@ -158,26 +159,35 @@ def test_a_file_backed_constant_is_copied_into_the_program_where_it_is_written(k
         monkeypatch.setattr(os, "copy_file_range", refused, raising=False)
     with open(tmp_path / "program", "wb") as program:
         program.write(b"head")
-        copied_file(str(tmp_path / "words")).write_to_file(program)
+        copied_file(str(tmp_path / "words"), hashlib.sha256(payload).digest()).write_to_file(program)
         program.write(b"tail")
     assert (tmp_path / "program").read_bytes() == b"head" + payload + b"tail"
 
 
-def test_large_constants_wait_in_files_for_the_program(checkpoint, deferred_export, tmp_path, monkeypatch):
+def test_large_constants_wait_in_files_for_the_program(checkpoint, tmp_path, monkeypatch):
     """Constants of ``SPILLED_BYTES`` or more (here 1 KiB) wait in files beside the output
-    from when they are lowered until the program is written (``lowering/spilled.py``):
+    from when they are lowered until the program is written (``lowering/spilled.py``),
+    one file for every method that stores them, named with the SHA-256 of its bytes:
     the same program, and nothing left beside it."""
     from etmlx.llm.export import export_llm
     from etmlx.lowering import spilled
 
+    def exported(folder):
+        (tmp_path / folder).mkdir()
+        export_llm(checkpoint, tmp_path / folder / "model.pte", max_context=CONTEXT, quantize="int4", group_size=32,
+                   verify=True)  # forward and verify: two delegates of the same weights
+        return tmp_path / folder
+
+    kept = exported("kept")
     monkeypatch.setattr(spilled, "SPILLED_BYTES", 1024)
-    made, copied_file = [], spilled.copied_file
-    monkeypatch.setattr(spilled, "copied_file", lambda path: made.append(path) or copied_file(path))
-    (tmp_path / "out").mkdir()
-    export_llm(checkpoint, tmp_path / "out" / "model.pte", max_context=CONTEXT, quantize="int4", group_size=32)
-    assert len(made) >= 7 + 2 and {os.path.dirname(os.path.dirname(path)) for path in made} == {str(tmp_path / "out")}
-    assert (tmp_path / "out" / "model.pte").read_bytes() == deferred_export.read_bytes()
-    assert sorted(os.listdir(tmp_path / "out")) == sorted(os.listdir(deferred_export.parent))  # the same files
+    made, copied_file = {}, spilled.copied_file
+    monkeypatch.setattr(spilled, "copied_file", lambda path, sha256: made.setdefault(sha256, []).append(
+        (os.path.dirname(os.path.dirname(path)), hashlib.sha256(open(path, "rb").read()).digest()))
+        or copied_file(path, sha256))
+    out = exported("out")
+    assert len(made) >= 7 + 2 and all(files == [(str(out), sha256)] for sha256, files in made.items())
+    assert (out / "model.pte").read_bytes() == (kept / "model.pte").read_bytes()
+    assert sorted(os.listdir(out)) == sorted(os.listdir(kept))
 
 
 def test_a_worker_that_fails_says_why_as_it_is_stopped(checkpoint, caplog):
