@@ -65,7 +65,9 @@ def copied_file(path, sha256: bytes):
     """ExecuTorch's ``FileBackedData`` of ``path``, whose bytes' SHA-256 is ``sha256``
     (which ExecuTorch's store would otherwise compute by reading the file where two
     delegates store it), copied into the program by the kernel where it can
-    (``copy_file_range``, Linux) rather than 8 MiB at a time through this process."""
+    (``copy_file_range``, Linux) rather than 8 MiB at a time through this process, and
+    removed once copied, so that the disk holds the bytes once (a program is written
+    once: its named data store keeps one buffer for the same bytes)."""
     return _copied_file_class()(path, sha256)
 
 
@@ -79,6 +81,10 @@ def _copied_file_class():
             self.path = path
 
         def write_to_file(self, outfile) -> None:
+            self._copy(outfile)
+            os.remove(self.path)
+
+        def _copy(self, outfile) -> None:
             if not hasattr(os, "copy_file_range"):
                 return super().write_to_file(outfile)
             outfile.flush()  # the copy goes where the file's position is

@@ -146,7 +146,7 @@ def test_a_file_backed_constant_is_copied_into_the_program_where_it_is_written(k
                                                                                 monkeypatch):
     """Bytes left in a file (the worker's packed words, a spilled constant) land at the
     program's position, by the kernel's copy or, where it refuses (another filesystem),
-    by ExecuTorch's own."""
+    by ExecuTorch's own; the file is removed then."""
     import errno
 
     from etmlx.lowering.spilled import copied_file
@@ -162,6 +162,7 @@ def test_a_file_backed_constant_is_copied_into_the_program_where_it_is_written(k
         copied_file(str(tmp_path / "words"), hashlib.sha256(payload).digest()).write_to_file(program)
         program.write(b"tail")
     assert (tmp_path / "program").read_bytes() == b"head" + payload + b"tail"
+    assert not (tmp_path / "words").exists()  # the disk holds the bytes once
 
 
 def test_large_constants_wait_in_files_for_the_program(checkpoint, tmp_path, monkeypatch):
