@@ -5,6 +5,8 @@ mxfp8, nvfp4: no biases); Quantize (keys and values written to a quantized KV ca
 MLX checks that the packed weights, scales and biases agree in shape and dtype; the
 parameters are checked here."""
 
+import math
+
 import mlx.core as mx
 
 from etmlx.serializer.constants import QUANTIZED_BITS as BITS
@@ -43,9 +45,19 @@ def _words(w):
 
 
 # MLX's CPU quantized matmul is a scalar loop per row of x; from this many rows on (a
-# prefill chunk, attention over a quantized cache), dequantizing the weights once and
+# prefill chunk, attention over a quantized cache), dequantizing the weights and
 # multiplying with BLAS is faster (docs/architecture.md, "MLX traps").
 CPU_DEQUANTIZED_ROWS = 4
+
+# The weights are dequantized a block of rows of about this many values at a time: MLX's
+# CPU dequantize holds five times its output while it runs, and its scheduler runs a
+# dequantize (which reads only constants) long before the product that needs it, so whole
+# weights held ~400 MiB at once in a 1B model's prefill. Each block waits for the product
+# of the block before it (the first for x): a few blocks are held at a time.
+CPU_DEQUANTIZED_BLOCK_VALUES = 2**20
+# Blocks are whole multiples of this many rows: OpenBLAS then computes every element of
+# the product as it does for the whole weight (blocks of 1 or 33 rows change last bits).
+CPU_DEQUANTIZED_BLOCK_ROWS = 64
 
 
 def _quantized_matmul(op, env):
@@ -54,8 +66,9 @@ def _quantized_matmul(op, env):
     if mx.default_device() == mx.cpu and x.ndim >= 2 and x.shape[-2] >= CPU_DEQUANTIZED_ROWS:
         if parameters["mode"] == "affine":  # float16 scales of float32 weights (GGUF's): widened first, exactly
             scales, biases = scales.astype(x.dtype), biases.astype(x.dtype)
-        dense = mx.dequantize(w, scales, biases, **parameters, dtype=x.dtype)
-        return product(x, mx.swapaxes(dense, -1, -2) if op.transpose else dense)
+        if not op.transpose:  # blocks of rows would split the sums
+            return product(x, mx.dequantize(w, scales, biases, **parameters, dtype=x.dtype))
+        return _dequantized_by_blocks(x, w, scales, biases, parameters)
     if half_on_cpu(x):
         # the kernel in half precision: 7.6x its float32 time (a row of 2048 by 11008: 157 ms
         # against 21), so in float32, rounded back once (a decode step of a bfloat16 export)
@@ -64,6 +77,26 @@ def _quantized_matmul(op, env):
         wide = mx.quantized_matmul(x.astype(mx.float32), w, scales, biases, transpose=op.transpose, **parameters)
         return wide.astype(x.dtype)
     return mx.quantized_matmul(x, w, scales, biases, transpose=op.transpose, **parameters)
+
+
+def _dequantized_by_blocks(x, w, scales, biases, parameters):
+    """``x @ dequantized(w).T`` on the CPU, ``w`` dequantized a block of rows at a time."""
+    rows = w.shape[-2]
+    values_per_row = max(1, math.prod(w.shape[:-2]) * scales.shape[-1] * parameters["group_size"])
+    step = CPU_DEQUANTIZED_BLOCK_VALUES // values_per_row
+    step = max(CPU_DEQUANTIZED_BLOCK_ROWS, step - step % CPU_DEQUANTIZED_BLOCK_ROWS)
+    if rows <= step:
+        return product(x, mx.swapaxes(mx.dequantize(w, scales, biases, **parameters, dtype=x.dtype), -1, -2))
+    products = []
+    for start in range(0, rows, step):
+        block = slice(start, start + step)
+        dense = mx.dequantize(
+            w[..., block, :], scales[..., block, :], None if biases is None else biases[..., block, :], **parameters,
+            dtype=x.dtype,
+        )
+        dense = mx.depends([dense], [products[-1] if products else x])[0]
+        products.append(product(x, mx.swapaxes(dense, -1, -2)))
+    return mx.concatenate(products, axis=-1)
 
 
 def _quantize(op, env):

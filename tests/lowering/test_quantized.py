@@ -153,6 +153,39 @@ def test_half_precision_weights_multiply_in_float32_on_the_cpu(dtype, rows, monk
     assert seen == ([mx.float32, mx.float32] if rows == 1 else [])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_a_prefill_dequantizes_a_weight_a_block_of_rows_at_a_time(dtype, monkeypatch):
+    """From 4 rows on the CPU dequantizes each weight for a dense product: a block of rows
+    at a time, each after the one before, so MLX holds a few blocks and not the whole
+    dense weight (with its dequantize's working set, several times it). The product is
+    the whole weight's bit for bit, whatever the blocks (the native runtime's are larger)."""
+    import mlx.core as mx
+
+    from etmlx.runtime_shim.mlx_ops import quantized
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(1024, 8192, bias=False).to(dtype).eval()
+    quantize_(model, CONFIGS["int4-g64"])
+    x = torch.randn(1, 16, 1024, dtype=dtype)
+    lowered = delegated(model, (x,), nodes=["QuantizedMatmul"])
+    dense_bytes = 8192 * 1024 * x.element_size()
+
+    def run(runtime, block_values):
+        monkeypatch.setattr(quantized, "CPU_DEQUANTIZED_BLOCK_VALUES", block_values)
+        program = etmlx.load(lowered.pte, runtime=runtime)
+        program.forward(x)  # the constants loaded
+        mx.eval([])
+        held = mx.get_active_memory()
+        mx.reset_peak_memory()
+        return program.forward(x), mx.get_peak_memory() - held
+
+    blocked, blocked_peak = run("python", 2**17)  # 64 blocks of 128 rows
+    whole, whole_peak = run("python", 2**40)
+    native, _ = run("executorch", 2**17)
+    assert torch.equal(blocked, whole) and torch.equal(native, whole)
+    assert blocked_peak < dense_bytes / 2 < dense_bytes < whole_peak, (blocked_peak, whole_peak)
+
+
 def test_export_quantizes_a_copy_for_the_user(tmp_path):
     torch.manual_seed(0)
     model = Layers().eval()

@@ -72,9 +72,55 @@ std::optional<mx::array> biases(const Table& op, Env& env) {
 mx::array words(const mx::array& w) { return w.dtype() == mx::int32 ? mx::view(w, mx::uint32) : w; }
 
 // MLX's CPU quantized matmul is a scalar loop per row of x; from this many rows on (a
-// prefill chunk, attention over a quantized cache), dequantizing the weights once and
+// prefill chunk, attention over a quantized cache), dequantizing the weights and
 // multiplying with BLAS is faster (docs/architecture.md, "MLX traps").
 constexpr int kCpuDequantizedRows = 4;
+
+// The weights are dequantized a block of rows of about this many values at a time: MLX's
+// CPU dequantize holds five times its output while it runs, and its scheduler runs a
+// dequantize (which reads only constants) long before the product that needs it, so whole
+// weights held ~400 MiB at once in a 1B model's prefill. Each block waits for the product
+// of the block before it (the first for x): a few blocks are held at a time.
+constexpr int64_t kCpuDequantizedBlockValues = int64_t{1} << 20;
+// Blocks are whole multiples of this many rows: OpenBLAS then computes every element of
+// the product as it does for the whole weight (blocks of 1 or 33 rows change last bits).
+constexpr int kCpuDequantizedBlockRows = 64;
+
+// x @ dequantized(w).T on the CPU, w dequantized a block of rows at a time.
+mx::array dequantized_by_blocks(const mx::array& x, const mx::array& w, const mx::array& scales,
+                                const std::optional<mx::array>& bias, const Quantization& q) {
+  const auto dense = [&](const mx::array& words, const mx::array& block_scales,
+                         const std::optional<mx::array>& block_biases) {
+    return mx::dequantize(words, block_scales, block_biases, q.group_size, q.bits, q.mode, std::nullopt, x.dtype());
+  };
+  const int rows = w.shape(-2);
+  int64_t values_per_row = int64_t{scales.shape(-1)} * q.group_size;
+  for (size_t axis = 0; axis + 2 < w.ndim(); ++axis) {
+    values_per_row *= w.shape(static_cast<int>(axis));
+  }
+  int64_t step = kCpuDequantizedBlockValues / std::max<int64_t>(1, values_per_row);
+  step = std::max<int64_t>(kCpuDequantizedBlockRows, step - step % kCpuDequantizedBlockRows);
+  if (rows <= step) {
+    return product(x, mx::swapaxes(dense(w, scales, bias), -1, -2));
+  }
+  const auto rows_of = [](const mx::array& a, int start, int stop) {
+    mx::Shape begin(a.ndim(), 0);
+    mx::Shape end = a.shape();
+    begin[a.ndim() - 2] = start;
+    end[a.ndim() - 2] = stop;
+    return mx::slice(a, begin, end);
+  };
+  std::vector<mx::array> products;
+  for (int start = 0; start < rows; start += static_cast<int>(step)) {
+    const int stop = static_cast<int>(std::min<int64_t>(rows, start + step));
+    const std::optional<mx::array> block_biases =
+        bias ? std::optional<mx::array>(rows_of(*bias, start, stop)) : std::nullopt;
+    const mx::array block = dense(rows_of(w, start, stop), rows_of(scales, start, stop), block_biases);
+    const mx::array waited = mx::depends({block}, {products.empty() ? x : products.back()})[0];
+    products.push_back(product(x, mx::swapaxes(waited, -1, -2)));
+  }
+  return mx::concatenate(products, -1);
+}
 
 mx::array quantized_matmul(const etmlx_ir::QuantizedMatmul& op, Env& env) {
   const auto [group_size, bits, mode] = checked(op.group_size(), op.bits(), op.mode(), op.has_biases());
@@ -87,8 +133,10 @@ mx::array quantized_matmul(const etmlx_ir::QuantizedMatmul& op, Env& env) {
       scales = mx::astype(scales, x.dtype());
       bias = mx::astype(*bias, x.dtype());
     }
-    const mx::array dense = mx::dequantize(w, scales, bias, group_size, bits, mode, std::nullopt, x.dtype());
-    return product(x, op.transpose() ? mx::swapaxes(dense, -1, -2) : dense);
+    if (!op.transpose()) {  // blocks of rows would split the sums
+      return product(x, mx::dequantize(w, scales, bias, group_size, bits, mode, std::nullopt, x.dtype()));
+    }
+    return dequantized_by_blocks(x, w, scales, bias, {group_size, bits, mode});
   }
   if (half_on_cpu(x)) {
     // the kernel in half precision: 7.6x its float32 time (a row of 2048 by 11008: 157 ms
