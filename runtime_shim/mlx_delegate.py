@@ -2,10 +2,11 @@
 graph per call and evaluates it once, at the delegate's boundary.
 
 The interpreter is a pure function of (inputs, buffer values), so it runs under
-``mx.compile``: traced once per input shapes, then replayed without Python work per
-node (tiny Llama decode, hidden 512: 174 -> 213 tokens/s). ``ETMLX_COMPILE=0`` turns
-it off."""
+``mx.compile`` from a call signature's second call: traced once, then replayed without
+Python work per node (tiny Llama decode, hidden 512: 174 -> 213 tokens/s).
+``ETMLX_COMPILE=0`` turns it off."""
 
+import collections
 import contextlib
 import math
 import os
@@ -28,7 +29,10 @@ from .state import ProgramState
 # What MLX's Python API raises for bad shapes, axes and arguments.
 MLX_ERRORS = (ValueError, RuntimeError, TypeError, OverflowError, IndexError)
 _CHECK_INDEX = HANDLERS["CheckIndex"]
-MAX_COMPILED_SIZES = 64  # graphs per delegate, one per values of its integer inputs (native: kMaxCompiledSizes)
+# Compiled graphs a delegate keeps, one per call signature, the least recently used
+# dropped past this many (native: kMaxCompiledGraphs); signatures called once remembered.
+MAX_COMPILED_GRAPHS = 16
+MAX_SIGNATURES_SEEN = 1024
 
 
 class MlxDelegate:
@@ -70,8 +74,8 @@ class MlxDelegate:
         self._buffer_slots = [(b.name, b.initial.slot) for b in graph.buffers or []]
         self._buffer_updates = [(b.name, b.update) for b in graph.buffers or [] if b.hasUpdate]
         self._compilable = os.environ.get("ETMLX_COMPILE", "1") != "0" and _compilable(graph)
-        self._size_inputs = list(input_of_slot.values())
-        self._compiled = {}  # values of the integer inputs -> the graph compiled for them
+        self._compiled = collections.OrderedDict()  # call signature -> its compiled graph, least recent first
+        self._seen = set()  # signatures called once
         self.num_inputs = len(graph.inputs or [])
         self.num_outputs = len(graph.outputs or [])
 
@@ -88,7 +92,7 @@ class MlxDelegate:
             self._state.reserve(name, int(inputs[position]))
         buffers = [self._state[name] for name, _ in self._buffer_slots]
         with _mlx_failures_as_execution_errors():
-            outputs, updates, checks = self._compute(list(inputs))(list(inputs), buffers, self._literals)
+            outputs, updates, checks = self._compute(inputs, buffers)(list(inputs), buffers, self._literals)
             del buffers  # from here the state holds the only references to the old values
             mx.eval(checks)
         self._raise_failed_index_check(checks)
@@ -98,19 +102,32 @@ class MlxDelegate:
             mx.eval([o for o in outputs if isinstance(o, mx.array)] + updates)
         return outputs
 
-    def _compute(self, inputs: list):
-        """The graph's function for these inputs: compiled once per values of the integer
-        inputs (sizes read on the host, an attention window's: a size is invisible to a
-        trace, so it is a constant of the graph compiled for it), at most
-        ``MAX_COMPILED_SIZES`` of them; interpreted otherwise."""
+    def _compute(self, inputs: list, buffers: list):
+        """The graph's function for this call: interpreted the first time a signature
+        (the integer inputs' values, the arrays' shapes and dtypes) is called, compiled
+        from the second. A prompt's length is one call's shape (compiling it would only
+        cost its trace: 1.2 s and 38 MiB held for a 1B model's prefill), a decode step's
+        is every step's. A size read on the host (an attention window's) is invisible to
+        a trace, so it is a constant of the graph compiled for it."""
         if not self._compilable:
             return self._interpret
-        sizes = tuple(int(inputs[i]) for i in self._size_inputs)
-        compiled = self._compiled.get(sizes)
-        if compiled is None:
-            if len(self._compiled) >= MAX_COMPILED_SIZES:
-                return self._interpret  # a size that takes many values: interpreted past this many
-            compiled = self._compiled[sizes] = mx.compile(self._interpret)
+        signature = tuple(
+            (tuple(value.shape), value.dtype) if isinstance(value, mx.array) else int(value)
+            for value in [*inputs, *buffers]
+        )
+        compiled = self._compiled.get(signature)
+        if compiled is not None:
+            self._compiled.move_to_end(signature)
+            return compiled
+        if signature not in self._seen:
+            if len(self._seen) >= MAX_SIGNATURES_SEEN:
+                self._seen.clear()
+            self._seen.add(signature)
+            return self._interpret
+        self._seen.discard(signature)
+        if len(self._compiled) >= MAX_COMPILED_GRAPHS:
+            self._compiled.popitem(last=False)  # MLX drops its trace with the function
+        compiled = self._compiled[signature] = mx.compile(self._interpret)
         return compiled
 
     def _raise_failed_index_check(self, checks: list) -> None:

@@ -139,28 +139,50 @@ Delegate::Delegate(Payload payload, const NamedDataMap* named_data, std::shared_
 }
 
 Delegate::~Delegate() {
+  for (const auto& [signature, compiled] : compiled_) {
+    erase_traces(compiled.id);
+  }
+}
+
+void Delegate::erase_traces(uintptr_t id) {
   for (const auto& cache : compile_caches_) {
-    for (const auto& [sizes, compiled] : compiled_) {
-      mx::detail::compile_erase(cache, compiled.id);
-    }
+    mx::detail::compile_erase(cache, id);
   }
 }
 
 const std::function<std::vector<mx::array>(const std::vector<mx::array>&)>* Delegate::compiled(
-    const std::vector<int64_t>& sizes) {
+    const std::vector<int64_t>& sizes, const std::vector<mx::array>& arrays) {
   if (!compilable_) {
     return nullptr;
   }
-  auto found = compiled_.find(sizes);
+  std::vector<int64_t> signature = sizes;
+  for (const auto& array : arrays) {
+    signature.push_back(static_cast<int64_t>(array.dtype().val()));
+    signature.push_back(array.ndim());
+    signature.insert(signature.end(), array.shape().begin(), array.shape().end());
+  }
+  auto found = compiled_.find(signature);
   if (found == compiled_.end()) {
-    if (compiled_.size() >= kMaxCompiledSizes) {
-      return nullptr;  // a size that takes many values: interpreted past this many
+    if (seen_.insert(signature).second) {  // its first call: interpreted
+      if (seen_.size() > kMaxSignaturesSeen) {
+        seen_ = {signature};
+      }
+      return nullptr;
+    }
+    seen_.erase(signature);
+    if (compiled_.size() >= kMaxCompiledGraphs) {
+      const auto oldest = std::min_element(compiled_.begin(), compiled_.end(), [](const auto& a, const auto& b) {
+        return a.second.last_call < b.second.last_call;
+      });
+      erase_traces(oldest->second.id);
+      compiled_.erase(oldest);
     }
     const auto id = next_compile_id();
     auto function = mx::detail::compile(
         [this, sizes](const std::vector<mx::array>& arrays) { return interpret_arrays(sizes, arrays); }, id);
-    found = compiled_.emplace(sizes, Compiled{std::move(function), id}).first;
+    found = compiled_.emplace(std::move(signature), Compiled{std::move(function), id, 0}).first;
   }
+  found->second.last_call = ++calls_;
   return &found->second.function;
 }
 
@@ -316,11 +338,11 @@ Delegate::Results Delegate::compute(const std::vector<Value>& inputs) {
       arrays.push_back(std::get<mx::array>(input));
     }
   }
-  const auto* function = compiled(sizes);
+  arrays.insert(arrays.end(), buffers.begin(), buffers.end());
+  const auto* function = compiled(sizes, arrays);
   if (function == nullptr) {
     return interpret(inputs, buffers, literals_);
   }
-  arrays.insert(arrays.end(), buffers.begin(), buffers.end());
   arrays.insert(arrays.end(), literals_.begin(), literals_.end());
   auto flat = (*function)(arrays);
   auto cache = mx::detail::compile_cache();

@@ -1,8 +1,9 @@
-"""The MLX delegate's load-time work: constants, hoisting."""
+"""The MLX delegate's load-time work (constants, hoisting) and its compiled graphs."""
 
 import torch
-
 from lowering_harness import check_parity
+
+import etmlx
 
 
 class ZerosOfTwoKinds(torch.nn.Module):
@@ -50,7 +51,7 @@ def test_nodes_reading_only_constants_run_once_at_load():
 
 
 def test_compiled_and_interpreted_runs_agree(monkeypatch):
-    """By default a delegate runs under mx.compile (traced once per input shapes);
+    """By default a delegate runs under mx.compile from a call signature's second call;
     ETMLX_COMPILE=0 interprets the graph node by node. Both must give eager's numbers."""
     import runtimes
     from examples import models
@@ -64,7 +65,29 @@ def test_compiled_and_interpreted_runs_agree(monkeypatch):
         with torch.no_grad():
             expected = module(tokens)
         torch.testing.assert_close(interpreted.forward(tokens), expected, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(lowered.program.forward(tokens), expected, rtol=1e-5, atol=1e-5)
+        for _ in range(2):  # interpreted, then compiled
+            torch.testing.assert_close(lowered.program.forward(tokens), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_call_signature_is_compiled_from_its_second_call(monkeypatch):
+    """A prompt's length is one call's shape: tracing it would only cost time and the
+    trace's memory, held as long as the program. A signature is compiled on its second
+    call, and a delegate keeps the most recently used MAX_COMPILED_GRAPHS."""
+    from etmlx.runtime_shim import mlx_delegate
+    from examples import models
+
+    monkeypatch.setattr(mlx_delegate, "MAX_COMPILED_GRAPHS", 3)
+    module, inputs, dynamic_shapes = models.encoder_block_dynamic_seq()
+    program = etmlx.load(check_parity(module, inputs, dynamic_shapes).pte, runtime="python")
+    (delegate,) = program._methods["forward"]._delegates
+    compiled = lambda: [signature[0][0] for signature in delegate._compiled]  # noqa: E731  (the tokens' shapes)
+    call = lambda seq: program.forward(torch.zeros(2, seq, dtype=torch.int64))  # noqa: E731
+    for seq in (3, 4, 5):
+        call(seq)
+    assert compiled() == []
+    for seq in (3, 4, 3, 5, 6, 6):
+        call(seq)
+    assert compiled() == [(2, 3), (2, 5), (2, 6)]  # 4 was the least recently used
 
 
 def test_single_delegate_methods_run_directly_for_every_input_kind():
