@@ -17,8 +17,8 @@ whatever it loads):
   (``etmlx inspect``'s ``held_bytes``: the weights; a KV cache grows with the tokens
   held and holds nothing yet);
 - with ``--held N``: the peak and resident growth once N tokens are prefilled after
-  the load, against the weights plus those tokens' cache (``held_bytes``'s
-  ``growing_buffers`` scaled to N of the capacity).
+  the load and ``DECODED`` more decoded one at a time, against the weights plus those
+  tokens' cache (``held_bytes``'s ``growing_buffers`` scaled to them).
 
 The file is read once before the runs, so every process finds it in the page cache.
 
@@ -43,6 +43,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 RUNTIMES = ("read", "python", "executorch", "TextLLMRunner")
+DECODED = 8  # tokens decoded after a --held prefill
 MIB = 2**20
 
 
@@ -101,6 +102,8 @@ def _child(runtime: str, path: str, first_call: bool, held: int = 0) -> dict:
         for start in range(0, held, chunk):
             positions = np.arange(start, min(start + chunk, held), dtype=np.int64)
             program.forward((positions % 97 + 1)[None], positions)
+        for position in range(held, held + DECODED):
+            program.forward(np.array([[position % 97 + 1]], np.int64), np.array([position], np.int64))
         result["held_peak"] = _status_bytes("VmHWM") - resident
         result["held_after"] = _status_bytes("VmRSS") - resident
     return result
@@ -156,8 +159,8 @@ def report(path: str, label: str, repeats: int, held_tokens: int = 0) -> None:
               f"{row['after'] / need:>11.2f}x{first}")
     if held_tokens:
         capacity = constant_methods(path)["get_max_context_len"][0]
-        cache = held["growing_buffers"] * min(held_tokens, capacity) / capacity
-        print(f"{held_tokens} tokens held: weights + their cache = {(need + cache) / MIB:.1f} MiB (the whole "
+        cache = held["growing_buffers"] * min(held_tokens + DECODED, capacity) / capacity
+        print(f"{held_tokens} tokens prefilled and {DECODED} decoded: weights + their cache = {(need + cache) / MIB:.1f} MiB (the whole "
               f"{capacity}-token cache: {held['growing_buffers'] / MIB:.0f} MiB more)")
         print(f"{'':<12}{'peak MiB':>10}{'peak/need':>11}{'after MiB':>11}{'after/need':>12}")
         for runtime, row in rows.items():
