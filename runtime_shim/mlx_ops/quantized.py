@@ -55,8 +55,9 @@ CPU_DEQUANTIZED_ROWS = 4
 # weights held ~400 MiB at once in a 1B model's prefill. Each block waits for the product
 # of the block before it (the first for x): a few blocks are held at a time.
 CPU_DEQUANTIZED_BLOCK_VALUES = 2**20
-# Blocks are whole multiples of this many rows: OpenBLAS then computes every element of
-# the product as it does for the whole weight (blocks of 1 or 33 rows change last bits).
+# Blocks are whole multiples of this many rows: at a prefill's sizes OpenBLAS then rounds
+# every element of the product as for the whole weight, where blocks of 1 or 33 rows
+# moved last bits (its small-matrix kernels, as over a cache's 64-wide heads, still may).
 CPU_DEQUANTIZED_BLOCK_ROWS = 64
 
 

@@ -159,7 +159,8 @@ def test_a_prefill_dequantizes_a_weight_a_block_of_rows_at_a_time(scheme, dtype,
     """From 4 rows on the CPU dequantizes each weight for a dense product: a block of rows
     at a time, each after the one before, so MLX holds a few blocks and not the whole
     dense weight (with its dequantize's working set, several times it). The product is
-    the whole weight's bit for bit, whatever the blocks (the native runtime's are larger)."""
+    the whole weight's, whatever the blocks (the native runtime's are larger), to within
+    float32 rounding (OpenBLAS may round a product of a block apart)."""
     import mlx.core as mx
 
     from etmlx.runtime_shim.mlx_ops import quantized
@@ -183,7 +184,9 @@ def test_a_prefill_dequantizes_a_weight_a_block_of_rows_at_a_time(scheme, dtype,
     blocked, blocked_peak = run("python", 2**16)  # 64 blocks of 64 rows
     whole, whole_peak = run("python", 2**40)
     native, _ = run("executorch", 2**17)
-    assert torch.equal(blocked, whole) and torch.equal(native, whole)
+    rounding = {} if dtype == torch.bfloat16 else dict(rtol=1e-6, atol=1e-6)  # bfloat16: one rounding of it
+    torch.testing.assert_close(blocked, whole, **rounding)
+    torch.testing.assert_close(native, whole, **rounding)
     assert blocked_peak < dense_bytes / 2 < dense_bytes <= whole_peak, (blocked_peak, whole_peak)
 
 
@@ -203,6 +206,25 @@ def test_the_cpu_dequantizes_words_bytewise_as_mlx_does(bits):
             for out in (dtype, mx.float32):
                 expected = mx.dequantize(words, scales, biases, **parameters, dtype=out)
                 assert mx.array_equal(_cpu_dequantize(words, scales, biases, parameters, out), expected).item()
+
+
+def test_blocks_of_a_quantized_cache_split_its_positions_not_its_heads(monkeypatch):
+    """Attention over a quantized cache (batch, heads, positions, packed dims): the blocks
+    are positions of every head, the scores those of the whole cache (to float32
+    rounding: OpenBLAS's small-matrix kernels round a 64-wide block's apart)."""
+    import mlx.core as mx
+
+    from etmlx.runtime_shim.mlx_ops import quantized
+    from etmlx.runtime_shim.mlx_ops.matmul import product
+
+    monkeypatch.setattr(quantized, "CPU_DEQUANTIZED_BLOCK_VALUES", 2**14)  # 64 positions a block
+    queries = mx.random.normal((2, 4, 9, 64))
+    for bits in (3, 4, 8):
+        words, scales, biases = mx.quantize(mx.random.normal((2, 4, 700, 64)), group_size=64, bits=bits)
+        parameters = dict(group_size=64, bits=bits, mode="affine")
+        keys = mx.dequantize(words, scales, biases, **parameters, dtype=mx.float32)
+        scores = quantized._dequantized_by_blocks(queries, words, scales, biases, parameters)
+        assert mx.allclose(scores, product(queries, mx.swapaxes(keys, -1, -2)), rtol=1e-6, atol=1e-5).item()
 
 
 def test_export_quantizes_a_copy_for_the_user(tmp_path):
