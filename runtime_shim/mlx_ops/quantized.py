@@ -85,10 +85,10 @@ def _cpu_dequantize(w, scales, biases, parameters, dtype):
     CPU form (shifts of the uint32 words, a concatenate, the affine step) makes 20
     arrays and 8x the output's bytes on the way at 4 bits; this one 4 arrays and 3x, in
     half the time. Each byte holds 8 / bits values, the lowest first (MLX packs words
-    little-endian, as the byte order of every machine MLX runs on). Other widths and
-    the float modes: MLX's own."""
+    little-endian, as the byte order of every machine MLX runs on). Other widths, the
+    float modes and operands MLX would refuse (it says why): MLX's own."""
     bits, group_size = parameters["bits"], parameters["group_size"]
-    if parameters["mode"] != "affine" or bits not in (2, 4, 8):
+    if parameters["mode"] != "affine" or bits not in (2, 4, 8) or not _in_mlx_layout(w, scales, biases, parameters):
         return mx.dequantize(w, scales, biases, **parameters, dtype=dtype)
     packed = mx.view(w, mx.uint8)
     if bits < 8:
@@ -97,6 +97,15 @@ def _cpu_dequantize(w, scales, biases, parameters, dtype):
     values = packed.reshape(*w.shape[:-1], -1, group_size)
     dense = values * mx.expand_dims(scales, -1) + mx.expand_dims(biases, -1)
     return dense.reshape(*w.shape[:-1], -1).astype(dtype)
+
+
+def _in_mlx_layout(w, scales, biases, parameters) -> bool:
+    """Whether MLX's dequantize would take these operands (a broadcast would not)."""
+    return (
+        w.dtype == mx.uint32 and w.ndim >= 2 and scales.dtype == biases.dtype
+        and mx.issubdtype(scales.dtype, mx.floating) and w.shape[:-1] == scales.shape[:-1] == biases.shape[:-1]
+        and w.shape[-1] * 32 == scales.shape[-1] * parameters["group_size"] * parameters["bits"]
+    )
 
 
 def _dequantized_by_blocks(x, w, scales, biases, parameters):

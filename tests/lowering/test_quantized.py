@@ -208,6 +208,18 @@ def test_the_cpu_dequantizes_words_bytewise_as_mlx_does(bits):
                 assert mx.array_equal(_cpu_dequantize(words, scales, biases, parameters, out), expected).item()
 
 
+def test_scales_that_would_broadcast_are_refused_as_mlx_refuses_them():
+    """One group's scales for a row of four groups: MLX's dequantize says the shapes do
+    not match; the CPU's own must not broadcast them into a wrong weight."""
+    import mlx.core as mx
+
+    from etmlx.runtime_shim.mlx_ops.quantized import _cpu_dequantize
+
+    words, scales, biases = mx.quantize(mx.random.normal((96, 256)), group_size=64, bits=4)
+    with pytest.raises(ValueError, match="Shape of scales and biases does not match"):
+        _cpu_dequantize(words, scales[:, :1], biases[:, :1], dict(group_size=64, bits=4, mode="affine"), mx.float32)
+
+
 def test_blocks_of_a_quantized_cache_split_its_positions_not_its_heads(monkeypatch):
     """Attention over a quantized cache (batch, heads, positions, packed dims): the blocks
     are positions of every head, the scores those of the whole cache (to float32

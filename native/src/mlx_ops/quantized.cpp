@@ -87,15 +87,26 @@ constexpr int64_t kCpuDequantizedBlockValues = int64_t{1} << 20;
 // moved last bits (its small-matrix kernels, as over a cache's 64-wide heads, still may).
 constexpr int kCpuDequantizedBlockRows = 64;
 
+// Whether MLX's dequantize would take these operands (a broadcast would not).
+bool in_mlx_layout(const mx::array& w, const mx::array& scales, const std::optional<mx::array>& bias,
+                   const Quantization& q) {
+  const auto leading = [](const mx::array& a) { return mx::Shape(a.shape().begin(), a.shape().end() - 1); };
+  return bias && w.dtype() == mx::uint32 && w.ndim() >= 2 && scales.ndim() == w.ndim() && bias->ndim() == w.ndim() &&
+         scales.dtype() == bias->dtype() && mx::issubdtype(scales.dtype(), mx::floating) &&
+         leading(w) == leading(scales) && leading(w) == leading(*bias) &&
+         int64_t{w.shape(-1)} * 32 == int64_t{scales.shape(-1)} * q.group_size * q.bits;
+}
+
 // MLX's affine dequantize of 2, 4 or 8 bits, bit for bit, from the words' bytes: its CPU
 // form (shifts of the uint32 words, a concatenate, the affine step) makes 20 arrays and
 // 8x the output's bytes on the way at 4 bits; this one 4 arrays and 3x, in half the
 // time. Each byte holds 8 / bits values, the lowest first (MLX packs words little-endian,
-// as the byte order of every machine MLX runs on). Other widths and the float modes:
-// MLX's own (runtime_shim/mlx_ops/quantized.py: _cpu_dequantize).
+// as the byte order of every machine MLX runs on). Other widths, the float modes and
+// operands MLX would refuse (it says why): MLX's own (runtime_shim/mlx_ops/quantized.py:
+// _cpu_dequantize).
 mx::array cpu_dequantize(const mx::array& w, const mx::array& scales, const std::optional<mx::array>& bias,
                          const Quantization& q, mx::Dtype dtype) {
-  if (q.mode != "affine" || (q.bits != 2 && q.bits != 4 && q.bits != 8)) {
+  if (q.mode != "affine" || (q.bits != 2 && q.bits != 4 && q.bits != 8) || !in_mlx_layout(w, scales, bias, q)) {
     return mx::dequantize(w, scales, bias, q.group_size, q.bits, q.mode, std::nullopt, dtype);
   }
   mx::array values = mx::view(w, mx::uint8);
