@@ -30,7 +30,7 @@ def test_inspect_json(mlp_pte):
     report = json.loads(result.stdout)
     (delegate,) = report["methods"]["forward"]["delegates"]
     assert delegate["backend"] == "EtMlxBackend"
-    assert delegate["nodes"] == ["Transpose", "Addmm", "Relu", "Transpose", "Addmm", "Relu", "Transpose", "Addmm"]
+    assert delegate["nodes"] == ["Transpose", "Addmm", "Scalar", "Maximum", "Transpose", "Addmm", "Maximum", "Transpose", "Addmm"]
     assert report["methods"]["forward"]["kernels"] == []
 
 

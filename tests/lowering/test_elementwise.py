@@ -150,7 +150,7 @@ def test_half_compared_with_a_scalar_it_cannot_represent():
 
 UNARY_NODES = [
     "Neg", "Abs", "Exp", "Log", "Sqrt", "Rsqrt", "Reciprocal", "Sin", "Cos", "Tanh",
-    "Sigmoid", "Erf", "Floor", "Ceil", "Relu", "Sign", "GeluErf", "GeluTanh",
+    "Sigmoid", "Erf", "Floor", "Ceil", "Maximum", "Sign", "GeluErf", "GeluTanh",
 ]  # fmt: skip
 
 
