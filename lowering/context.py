@@ -58,6 +58,18 @@ class LoweringContext:
         """Records that ``node`` (output ``index`` of a multi-output node) lives in ``ref``."""
         self._tensors[node if index is None else (node, index)] = ref
 
+    def slot_ranks(self) -> dict:
+        """Tensor slot -> rank, for the slots that hold an fx node's value."""
+        ranks = {}
+        for key, ref in self._tensors.items():
+            node, index = key if isinstance(key, tuple) else (key, None)
+            value = node.meta.get("val")
+            if index is not None and isinstance(value, (tuple, list)) and index < len(value):
+                value = value[index]
+            if isinstance(value, torch.Tensor):
+                ranks[ref.idx] = value.dim()
+        return ranks
+
     def bind_int(self, node: fx.Node, ref: IntOrSlotT) -> None:
         self._ints[node] = ref
 

@@ -20,6 +20,7 @@ from .context import LoweringContext
 from .folding import fold_constant
 from .fusions import fuse
 from .growable_buffers import grow_with_the_window
+from .layout import cancel_transposes
 from .passes import remove_dead_nodes
 from .registry import check_node, getitem_source, mark_frozen_placeholders, rule_for
 
@@ -67,6 +68,8 @@ def lower_program(program: ExportedProgram, store: NamedDataStore):
             elif node.op == "output":
                 _lower_outputs(ctx, program, node, placeholders)
     remove_dead_nodes(ctx.graph)
+    cancel_transposes(ctx.graph, ctx.slot_ranks())
+    remove_dead_nodes(ctx.graph)  # the constants a region re-shaped
     grow_with_the_window(ctx.graph, ctx.holds_zeros)
     ctx.store_named_data()
     return ctx.graph
