@@ -69,9 +69,10 @@ class Delegate {
   std::vector<mx::array> interpret_arrays(const std::vector<int64_t>& sizes, const std::vector<mx::array>& arrays) const;
   // The compiled graph for this call, made on the second call of its signature (the
   // integer inputs' values, the arrays' shapes and dtypes): a prompt's length is one
-  // call's shape, compiling it would only cost its trace (1.2 s and 38 MiB held for a 1B
-  // model's prefill), a decode step's is every step's. Null on a signature's first call
-  // or when the graph cannot be compiled.
+  // call's shape, compiling it would only cost its trace (a 1B model's 37-token prefill:
+  // 4.1 s compiled, 3.4 s interpreted, 20 MiB held for the program's life), a decode
+  // step's is every step's. Null on a signature's first call or when the graph cannot
+  // be compiled.
   const std::function<std::vector<mx::array>(const std::vector<mx::array>&)>* compiled(
       const std::vector<int64_t>& sizes, const std::vector<mx::array>& arrays);
   void hoist_constant_steps(const GraphLayout& layout);
