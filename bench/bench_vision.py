@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 import etmlx  # noqa: E402  (first: OpenBLAS under mlx)
 import etmlx.native  # noqa: E402
 import mlx.core as mx  # noqa: E402
+import mlx.nn as nn  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from etmlx.runtime_shim.blas import preload_openblas  # noqa: E402
@@ -95,6 +96,7 @@ def micro_benchmarks() -> None:
         return tensor.permute(0, 3, 1, 2).contiguous()
 
     act, act_t = normal(197, 3072)
+    activations, activations_t = normal(1, 112, 112, 96)
     scores, scores_t = normal(12, 197, 197)
     rows, rows_t = normal(197, 768)
     weight, weight_t = normal(768, 3072)
@@ -106,8 +108,9 @@ def micro_benchmarks() -> None:
     dense, dense_t = normal(64, 3, 3, 64)
     cases = [
         ("erf 197x3072", (mx.erf, act), (cpu_math.rational_erf, act), (torch.erf, act_t)),
-        ("exp 197x3072", (mx.exp, act), None, (torch.exp, act_t)),
-        ("sigmoid 197x3072", (mx.sigmoid, act), None, (torch.sigmoid, act_t)),
+        ("exp 197x3072", (mx.exp, act), (cpu_math.exp, act), (torch.exp, act_t)),
+        ("sigmoid 197x3072", (mx.sigmoid, act), (cpu_math.sigmoid, act), (torch.sigmoid, act_t)),
+        ("silu 112x112x96", (nn.silu, activations), (cpu_math.silu, activations), (F.silu, activations_t)),
         ("tanh 197x3072", (mx.tanh, act), None, (torch.tanh, act_t)),
         ("softmax 12x197x197", (lambda s: mx.softmax(s, axis=-1), scores), None,
          (lambda s: torch.softmax(s, -1), scores_t)),

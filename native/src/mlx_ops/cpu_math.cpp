@@ -30,6 +30,25 @@ mx::array polynomial(std::span<const double> coefficients, const mx::array& x) {
 
 mx::array scalar(double value) { return mx::array(static_cast<float>(value)); }
 
+// Estrin's scheme, coefficients from the lowest power up (a power of two of them): pairs
+// c + c' x, then pairs of those with x^2, x^4, ...: 2 log2(n) operations deep.
+mx::array estrin(std::span<const double> coefficients, const mx::array& x) {
+  std::vector<mx::array> terms;
+  for (size_t i = 0; i + 1 < coefficients.size(); i += 2) {
+    terms.push_back(mx::add(scalar(coefficients[i]), mx::multiply(scalar(coefficients[i + 1]), x)));
+  }
+  auto power = mx::multiply(x, x);
+  while (terms.size() > 1) {
+    std::vector<mx::array> pairs;
+    for (size_t i = 0; i + 1 < terms.size(); i += 2) {
+      pairs.push_back(mx::add(terms[i], mx::multiply(power, terms[i + 1])));
+    }
+    terms = std::move(pairs);
+    power = mx::multiply(power, power);
+  }
+  return terms.front();
+}
+
 // e^r to 5e-9 for |r| <= ln(2) / 2: Taylor's coefficients, the lowest power first.
 constexpr std::array<double, 8> kExpTaylor = [] {
   std::array<double, 8> coefficients{};
@@ -51,9 +70,31 @@ mx::array times_power_of_two(const mx::array& value, const mx::array& k) {
   return mx::multiply(mx::multiply(value, exponent_bits(half)), exponent_bits(mx::subtract(k, half)));
 }
 
+// e^t for float32 t in [kSigmoidLeast, 0] (NaN gives an unspecified number): k rounded
+// by kRoundToInteger, e^r by Estrin's scheme, 2^k added to e^r's exponent bits, lifted so
+// that the sum stays normal, then scaled back once. All of it vectorizes in MLX's
+// compiled CPU kernels (see cpu_math.py).
+mx::array exp_of_nonpositive(const mx::array& t) {
+  const auto rounder = scalar(kRoundToInteger);
+  const auto k = mx::subtract(mx::add(mx::multiply(t, scalar(std::numbers::log2e)), rounder), rounder);
+  const auto r = mx::subtract(mx::subtract(t, mx::multiply(k, scalar(kLn2High))), mx::multiply(k, scalar(kLn2Low)));
+  const auto exponent = mx::astype(mx::add(mx::astype(k, mx::int32), mx::array(kSigmoidExponentLift)), mx::uint32);
+  const auto lift = mx::left_shift(exponent, mx::array(23u));  // wraps, as meant
+  const auto lifted = mx::view(mx::add(mx::view(estrin(kExpTaylor, r), mx::uint32), lift), mx::float32);
+  return mx::multiply(lifted, scalar(std::ldexp(1.0, -kSigmoidExponentLift)));
+}
+
+// 1 / (1 + e) for x >= 0, e / (1 + e) below, e = e^-|x|; the sign bit picks the
+// numerator as 0/1 factors (cpu_math.py's sigmoid).
 mx::array sigmoid_by_parts(const mx::array& x) {
-  const auto negated = mx::negative(mx::astype(x, mx::float32));
-  return mx::astype(mx::divide(mx::array(1.0f), mx::add(mx::array(1.0f), exp_by_parts(negated))), x.dtype());
+  const auto wide = mx::astype(x, mx::float32);
+  const auto exponent = mx::maximum(mx::negative(mx::abs(wide)), scalar(kSigmoidLeast));
+  const auto e = exp_of_nonpositive(exponent);
+  const auto sign = mx::right_shift(mx::view(wide, mx::int32), mx::array(31));
+  const auto negative = mx::astype(mx::negative(sign), mx::float32);
+  const auto numerator = mx::add(mx::subtract(mx::array(1.0f), negative), mx::multiply(e, negative));
+  const auto value = mx::divide(numerator, mx::add(mx::array(1.0f), e));
+  return mx::astype(mx::add(value, mx::multiply(mx::array(0.0f), exponent)), x.dtype());  // NaN stays NaN
 }
 
 mx::array silu(const mx::array& x) { return mx::multiply(x, sigmoid_by_parts(x)); }  // mlx.nn.silu's operations
