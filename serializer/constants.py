@@ -48,13 +48,13 @@ ERF_DENOMINATOR = (1.0, 0.49750205580674356, 0.11393555123000897, 0.015447125406
 # normal and largest values) and ln 2 in two parts, the first exact times any k.
 EXP_LOW, EXP_HIGH = -87.33654475, 88.72283906
 LN2_HIGH, LN2_LOW = 0.693145751953125, 1.428606765330187e-06
-# sigmoid on MLX's CPU, from e^t with t = -|x|: the least t taken (e^-104 rounds to 0 in
-# float32) and the power of two that 2^k * e^r is lifted by while k is added to its
-# exponent bits (a normal number for every k from -150 on; one multiplication by the
-# inverse then rounds it into the subnormal range once). Adding and subtracting
-# ROUND_TO_INTEGER rounds a float32 of magnitude below 2^22 to the nearest integer.
-SIGMOID_LEAST = -104.0
-SIGMOID_EXPONENT_LIFT = 25
+# e^t for t <= 0 on MLX's CPU (sigmoid from e^-|x|, softmax from e^(x - max)): the least
+# t taken (e^-104 rounds to 0 in float32) and the power of two that 2^k * e^r is lifted by
+# while k is added to its exponent bits (a normal number for every k from -150 on; one
+# multiplication by the inverse then rounds it into the subnormal range once). Adding and
+# subtracting ROUND_TO_INTEGER rounds a float32 of magnitude below 2^22 to an integer.
+EXP_NONPOSITIVE_LEAST = -104.0
+EXP_NONPOSITIVE_LIFT = 25
 ROUND_TO_INTEGER = 12582912.0
 # The gated delta rule over many tokens on MLX's CPU (GatedDelta): the tokens taken together
 # per step (transformers' and FLA's chunk), and the least log-decay taken (exp of it is 0

@@ -165,9 +165,9 @@ def generate_cpp_constants(out_dir: pathlib.Path) -> None:
              f"inline constexpr double kErfClamp = {c.ERF_CLAMP!r};",
              *(f"inline constexpr double {name} = {value!r};" for name, value in (
                  ("kExpLow", c.EXP_LOW), ("kExpHigh", c.EXP_HIGH), ("kLn2High", c.LN2_HIGH), ("kLn2Low", c.LN2_LOW),
-                 ("kSigmoidLeast", c.SIGMOID_LEAST), ("kRoundToInteger", c.ROUND_TO_INTEGER),
+                 ("kExpNonpositiveLeast", c.EXP_NONPOSITIVE_LEAST), ("kRoundToInteger", c.ROUND_TO_INTEGER),
                  ("kGatedDeltaLeastLog", c.GATED_DELTA_LEAST_LOG))),
-             f"inline constexpr int kSigmoidExponentLift = {c.SIGMOID_EXPONENT_LIFT};",
+             f"inline constexpr int kExpNonpositiveLift = {c.EXP_NONPOSITIVE_LIFT};",
              f"inline constexpr int kGatedDeltaChunk = {c.GATED_DELTA_CHUNK};",
              *(f"inline constexpr std::array<double, {len(values)}> {name} = {{{', '.join(map(repr, values))}}};"
                for name, values in (("kErfNumerator", c.ERF_NUMERATOR), ("kErfDenominator", c.ERF_DENOMINATOR))),

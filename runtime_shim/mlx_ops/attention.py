@@ -4,8 +4,13 @@ from . import cpu_math
 
 
 def _sdpa(op, env):
+    """MLX's fused attention, or on MLX's CPU (where MLX computes it from products and a
+    softmax anyway) the same computation with ``cpu_math``'s faster softmax."""
     mask = env.t(op.mask) if op.hasMask else ("causal" if op.causal else None)
-    return mx.fast.scaled_dot_product_attention(env.t(op.q), env.t(op.k), env.t(op.v), scale=op.scale, mask=mask)
+    q, k, v = env.t(op.q), env.t(op.k), env.t(op.v)
+    if mx.default_device() == mx.cpu:
+        return cpu_math.attention(q, k, v, op.scale, mask)
+    return mx.fast.scaled_dot_product_attention(q, k, v, scale=op.scale, mask=mask)
 
 
 def _rope(op, env):

@@ -18,9 +18,12 @@ import mlx.nn as nn
 
 from etmlx.serializer.constants import (
     ERF_CLAMP, ERF_DENOMINATOR, ERF_NUMERATOR, EXP_HIGH, EXP_LOW, GATED_DELTA_CHUNK, GATED_DELTA_LEAST_LOG, LN2_HIGH,
-    LN2_LOW, ROUND_TO_INTEGER, SIGMOID_EXPONENT_LIFT, SIGMOID_LEAST,
+    LN2_LOW, ROUND_TO_INTEGER, EXP_NONPOSITIVE_LEAST, EXP_NONPOSITIVE_LIFT,
 )
 from etmlx.serializer.generated.etmlx_ir.UnaryOp import UnaryOp
+
+
+NARROW_FLOATS = (mx.float32, mx.float16, mx.bfloat16)  # float64 and integers keep MLX's own
 
 
 def _polynomial(coefficients: tuple, x: mx.array) -> mx.array:
@@ -83,16 +86,18 @@ def exp(x: mx.array) -> mx.array:
 
 
 def _exp_of_nonpositive(t: mx.array) -> mx.array:
-    """e^t for float32 t in [SIGMOID_LEAST, 0] (or NaN, which gives an unspecified
-    number: the caller restores it), from operations that all vectorize: k rounded to an
-    integer by ROUND_TO_INTEGER rather than ``floor``, e^r by Estrin's scheme, and 2^k
-    added to e^r's exponent bits, lifted so that the sum stays normal. The bitcasts end
-    the fused kernels where the 11-deep limit would otherwise cut them."""
+    """e^t for float32 t <= 0 (or -inf, or NaN, which stays NaN), to 0 from where it
+    rounds to 0, subnormal results kept; at most 2 ulps from exact where normal. From
+    operations that all vectorize: k rounded to an integer by ROUND_TO_INTEGER rather
+    than ``floor``, e^r by Estrin's scheme, and 2^k added to e^r's exponent bits, lifted so
+    that the sum stays normal. The bitcasts end the fused kernels where the 11-deep
+    limit would otherwise cut them."""
+    t = mx.maximum(t, EXP_NONPOSITIVE_LEAST)
     k = (t * LOG2_E + ROUND_TO_INTEGER) - ROUND_TO_INTEGER
     r = (t - k * LN2_HIGH) - k * LN2_LOW
-    lift = mx.left_shift((k.astype(mx.int32) + SIGMOID_EXPONENT_LIFT).astype(mx.uint32), 23)  # wraps, as meant
+    lift = mx.left_shift((k.astype(mx.int32) + EXP_NONPOSITIVE_LIFT).astype(mx.uint32), 23)  # wraps, as meant
     lifted = mx.view(mx.view(_estrin(EXP_TAYLOR, r), mx.uint32) + lift, mx.float32)
-    return lifted * 2.0**-SIGMOID_EXPONENT_LIFT
+    return lifted * 2.0**-EXP_NONPOSITIVE_LIFT + 0 * t  # 0 * t: +-0, or NaN where t is (its integer bits lose it)
 
 
 def sigmoid(x: mx.array) -> mx.array:
@@ -101,11 +106,45 @@ def sigmoid(x: mx.array) -> mx.array:
     float32: at most 3 ulps from exact where the result is a normal number. The sign bit
     picks the numerator as 0/1 factors, not ``where`` (see the module's docstring)."""
     wide = x.astype(mx.float32)
-    exponent = mx.maximum(-mx.abs(wide), SIGMOID_LEAST)  # NaN stays NaN
-    e = _exp_of_nonpositive(exponent)
+    e = _exp_of_nonpositive(-mx.abs(wide))
     negative = (-mx.right_shift(mx.view(wide, mx.int32), 31)).astype(mx.float32)  # 1 where the sign bit is set
-    value = ((1 - negative) + e * negative) / (1 + e)
-    return (value + 0 * exponent).astype(x.dtype)  # 0 * exponent: +-0, or NaN where x is NaN
+    return (((1 - negative) + e * negative) / (1 + e)).astype(x.dtype)
+
+
+def softmax(x: mx.array, axis: int) -> mx.array:
+    """``mx.softmax(x, axis, precise=True)``: e^(x - max) over its sum, in float32, with this
+    exp (MLX's CPU kernel: ~7 ms over 12 x 197 x 197 values, this ~2). An empty array is
+    MLX's own (there is no maximum to take)."""
+    if x.size == 0:
+        return mx.softmax(x, axis=axis, precise=True)
+    wide = x.astype(mx.float32)
+    e = _exp_of_nonpositive(wide - mx.max(wide, axis=axis, keepdims=True))
+    return (e / mx.sum(e, axis=axis, keepdims=True)).astype(x.dtype)
+
+
+def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask) -> mx.array:
+    """``mx.fast.scaled_dot_product_attention`` as MLX computes it on the CPU (the fallback
+    in its mlx/fast.cpp: the same products, grouped heads, masks and casts) with this
+    module's softmax. MLX's own call still checks the operands and raises its errors; its
+    result is never evaluated. Operands of several dtypes, and no keys, keep MLX's computation."""
+    mlx_own = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
+    if q.dtype not in NARROW_FLOATS or k.dtype != q.dtype or v.dtype != q.dtype or k.shape[2] == 0:
+        return mlx_own
+    (batch, heads, queries, _), (kv_heads, keys) = q.shape, k.shape[1:3]
+    groups = heads // kv_heads
+    q = q * mx.array(scale, q.dtype)
+    if groups > 1:
+        q, k, v = mx.unflatten(q, 1, (kv_heads, groups)), mx.expand_dims(k, 2), mx.expand_dims(v, 2)
+    scores = q @ mx.swapaxes(k, -1, -2)
+    if isinstance(mask, str):  # "causal", aligned to the last key as MLX's
+        mask = mx.arange(keys - queries, keys)[:, None] >= mx.arange(keys)[None]
+    elif mask is not None:
+        mask = mx.broadcast_to(mask if mask.dtype == mx.bool_ else mask.astype(q.dtype), (batch, heads, queries, keys))
+        mask = mx.unflatten(mask, 1, (kv_heads, groups)) if groups > 1 else mask
+    if mask is not None:
+        scores = mx.where(mask, scores, mx.finfo(scores.dtype).min) if mask.dtype == mx.bool_ else scores + mask
+    out = softmax(scores, -1) @ v
+    return mx.flatten(out, 1, 2) if groups > 1 else out
 
 
 def silu(x: mx.array) -> mx.array:
@@ -118,11 +157,10 @@ def gelu(x: mx.array) -> mx.array:
     return x * (1 + rational_erf(x / math.sqrt(2))) / 2
 
 
-_WIDTHS = (mx.float32, mx.float16, mx.bfloat16)  # float64 and integers keep MLX's own
 
 
 def _for_float32_and_narrower(fast, mlx_own):
-    return lambda x: fast(x) if x.dtype in _WIDTHS else mlx_own(x)
+    return lambda x: fast(x) if x.dtype in NARROW_FLOATS else mlx_own(x)
 
 
 UNARY_OP = {

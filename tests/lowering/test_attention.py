@@ -10,6 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import etmlx
+import mlx.core as mx
+import numpy as np
+from etmlx.runtime_shim.mlx_ops import cpu_math
+
 from lowering_harness import Fn, check_parity
 from ruletest import untested_rules
 
@@ -172,6 +177,23 @@ def test_enable_gqa(rank):
     q_shape, k_shape = shapes(rank, kv_heads=2)
     inputs = tuple(make(s, torch.float32) for s in (q_shape, k_shape, k_shape))
     assert_fused(check_parity(Attention(enable_gqa=True), inputs), rank, None)
+
+
+@pytest.mark.parametrize("mask_kind", ["bool", "causal"])
+def test_both_runtimes_compute_attention_alike_on_mlx_cpu(mask_kind):
+    """On MLX's CPU both runtimes compute Sdpa as MLX's own decomposition with etmlx's
+    softmax (cpu_math): grouped heads and a mask, equal to eager, and to cpu_math's
+    attention to the bit (MLX's own softmax rounds otherwise)."""
+    q_shape, k_shape = shapes(4, kv_heads=2)
+    inputs = [make(s, torch.float32) for s in (q_shape, k_shape, k_shape)]
+    if mask_kind == "bool":
+        inputs.append(bool_mask(q_shape[-2], k_shape[-2], lead=(q_shape[0], 1)))
+    lowered = check_parity(Attention(is_causal=mask_kind == "causal", enable_gqa=True), tuple(inputs))
+    assert_fused(lowered, 4, inputs[3] if mask_kind == "bool" else None)
+    outputs = [etmlx.load(lowered.pte, runtime=runtime).forward(*inputs) for runtime in etmlx.RUNTIMES]
+    q, k, v, *mask = (mx.array(x.numpy()) for x in inputs)
+    etmlx_form = cpu_math.attention(q, k, v, q.shape[-1] ** -0.5, mask[0] if mask else "causal")
+    assert all(torch.equal(output, torch.from_numpy(np.array(etmlx_form))) for output in outputs)
 
 
 def test_gqa_heads_not_dividing_is_declined():

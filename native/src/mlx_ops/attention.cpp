@@ -15,13 +15,16 @@ namespace etmlx::native {
 
 namespace {
 
+// MLX's fused attention, or on MLX's CPU (where MLX computes it from products and a
+// softmax anyway) the same computation with cpu_math's faster softmax.
 mx::array sdpa(const etmlx_ir::Sdpa& op, Env& env) {
-  if (op.has_mask()) {
-    return mx::fast::scaled_dot_product_attention(env.t(op.q()), env.t(op.k()), env.t(op.v()), op.scale(), "",
-                                                  env.t(op.mask()));
+  const std::string mode = op.has_mask() ? "" : (op.causal() ? "causal" : "");
+  const auto mask = op.has_mask() ? std::optional<mx::array>(env.t(op.mask())) : std::nullopt;
+  const auto &q = env.t(op.q()), &k = env.t(op.k()), &v = env.t(op.v());
+  if (mx::default_device() == mx::Device::cpu) {
+    return cpu_math::attention(q, k, v, op.scale(), mode, mask);
   }
-  return mx::fast::scaled_dot_product_attention(env.t(op.q()), env.t(op.k()), env.t(op.v()), op.scale(),
-                                                op.causal() ? "causal" : "");
+  return mx::fast::scaled_dot_product_attention(q, k, v, op.scale(), mode, mask);
 }
 
 void check_rope(const mx::array& x, int dims, const mx::array& offset, const mx::array& freqs) {

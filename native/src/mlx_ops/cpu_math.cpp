@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include <mlx/fast.h>
 #include <mlx/linalg.h>
 #include <mlx/ops.h>
 
@@ -70,31 +71,31 @@ mx::array times_power_of_two(const mx::array& value, const mx::array& k) {
   return mx::multiply(mx::multiply(value, exponent_bits(half)), exponent_bits(mx::subtract(k, half)));
 }
 
-// e^t for float32 t in [kSigmoidLeast, 0] (NaN gives an unspecified number): k rounded
-// by kRoundToInteger, e^r by Estrin's scheme, 2^k added to e^r's exponent bits, lifted so
-// that the sum stays normal, then scaled back once. All of it vectorizes in MLX's
-// compiled CPU kernels (see cpu_math.py).
-mx::array exp_of_nonpositive(const mx::array& t) {
+// e^t for float32 t <= 0 (or -inf, or NaN, which stays NaN), to 0 from where it rounds
+// to 0: k rounded by kRoundToInteger, e^r by Estrin's scheme, 2^k added to e^r's exponent
+// bits, lifted so that the sum stays normal, then scaled back once. All of it vectorizes
+// in MLX's compiled CPU kernels (see cpu_math.py).
+mx::array exp_of_nonpositive(const mx::array& exponent) {
+  const auto t = mx::maximum(exponent, scalar(kExpNonpositiveLeast));
   const auto rounder = scalar(kRoundToInteger);
   const auto k = mx::subtract(mx::add(mx::multiply(t, scalar(std::numbers::log2e)), rounder), rounder);
   const auto r = mx::subtract(mx::subtract(t, mx::multiply(k, scalar(kLn2High))), mx::multiply(k, scalar(kLn2Low)));
-  const auto exponent = mx::astype(mx::add(mx::astype(k, mx::int32), mx::array(kSigmoidExponentLift)), mx::uint32);
-  const auto lift = mx::left_shift(exponent, mx::array(23u));  // wraps, as meant
+  const auto lifted_k = mx::astype(mx::add(mx::astype(k, mx::int32), mx::array(kExpNonpositiveLift)), mx::uint32);
+  const auto lift = mx::left_shift(lifted_k, mx::array(23u));  // wraps, as meant
   const auto lifted = mx::view(mx::add(mx::view(estrin(kExpTaylor, r), mx::uint32), lift), mx::float32);
-  return mx::multiply(lifted, scalar(std::ldexp(1.0, -kSigmoidExponentLift)));
+  const auto value = mx::multiply(lifted, scalar(std::ldexp(1.0, -kExpNonpositiveLift)));
+  return mx::add(value, mx::multiply(mx::array(0.0f), t));  // +-0, or NaN where t is (its integer bits lose it)
 }
 
 // 1 / (1 + e) for x >= 0, e / (1 + e) below, e = e^-|x|; the sign bit picks the
 // numerator as 0/1 factors (cpu_math.py's sigmoid).
 mx::array sigmoid_by_parts(const mx::array& x) {
   const auto wide = mx::astype(x, mx::float32);
-  const auto exponent = mx::maximum(mx::negative(mx::abs(wide)), scalar(kSigmoidLeast));
-  const auto e = exp_of_nonpositive(exponent);
+  const auto e = exp_of_nonpositive(mx::negative(mx::abs(wide)));
   const auto sign = mx::right_shift(mx::view(wide, mx::int32), mx::array(31));
   const auto negative = mx::astype(mx::negative(sign), mx::float32);
   const auto numerator = mx::add(mx::subtract(mx::array(1.0f), negative), mx::multiply(e, negative));
-  const auto value = mx::divide(numerator, mx::add(mx::array(1.0f), e));
-  return mx::astype(mx::add(value, mx::multiply(mx::array(0.0f), exponent)), x.dtype());  // NaN stays NaN
+  return mx::astype(mx::divide(numerator, mx::add(mx::array(1.0f), e)), x.dtype());
 }
 
 mx::array silu(const mx::array& x) { return mx::multiply(x, sigmoid_by_parts(x)); }  // mlx.nn.silu's operations
@@ -106,11 +107,11 @@ mx::array gelu(const mx::array& x) {
   return mx::divide(mx::multiply(x, cdf), mx::array(2, dtype));
 }
 
-bool float32_or_narrower(const mx::array& x) {  // float64 and integers keep MLX's own
+}  // namespace
+
+bool float32_or_narrower(const mx::array& x) {
   return x.dtype() == mx::float32 || x.dtype() == mx::float16 || x.dtype() == mx::bfloat16;
 }
-
-}  // namespace
 
 mx::array rational_erf(const mx::array& x) {
   const auto limit = static_cast<float>(kErfClamp);
@@ -130,6 +131,47 @@ mx::array exp_by_parts(const mx::array& x) {
   value = mx::where(mx::less(wide, scalar(kExpLow)), mx::array(0.0f),
                     mx::where(mx::greater(wide, scalar(kExpHigh)), mx::array(std::numeric_limits<float>::infinity()), value));
   return mx::astype(mx::where(nan, wide, value), x.dtype());
+}
+
+mx::array softmax(const mx::array& x, int axis) {
+  if (x.size() == 0) {  // no maximum to take: MLX's own
+    return mx::softmax(x, std::vector<int>{axis}, /*precise=*/true);
+  }
+  const auto wide = mx::astype(x, mx::float32);
+  const auto e = exp_of_nonpositive(mx::subtract(wide, mx::max(wide, axis, /*keepdims=*/true)));
+  return mx::astype(mx::divide(e, mx::sum(e, axis, /*keepdims=*/true)), x.dtype());
+}
+
+mx::array attention(mx::array q, mx::array k, mx::array v, float scale, const std::string& mask_mode,
+                    std::optional<mx::array> mask) {
+  auto mlx_own = mx::fast::scaled_dot_product_attention(q, k, v, scale, mask_mode, mask);  // its checks
+  if (!float32_or_narrower(q) || k.dtype() != q.dtype() || v.dtype() != q.dtype() || k.shape(2) == 0) {
+    return mlx_own;
+  }
+  const int batch = q.shape(0), heads = q.shape(1), queries = q.shape(2), kv_heads = k.shape(1), keys = k.shape(2);
+  const int groups = heads / kv_heads;
+  q = mx::multiply(q, mx::array(scale, q.dtype()));
+  if (groups > 1) {
+    q = mx::unflatten(q, 1, {kv_heads, groups});
+    k = mx::expand_dims(k, 2);
+    v = mx::expand_dims(v, 2);
+  }
+  auto scores = mx::matmul(q, mx::swapaxes(k, -1, -2));
+  if (mask_mode == "causal") {  // aligned to the last key, as MLX's
+    mask = mx::greater_equal(mx::expand_dims(mx::arange(keys - queries, keys), 1),
+                             mx::expand_dims(mx::arange(0, keys), 0));
+  } else if (mask) {
+    auto full = mx::broadcast_to(mask->dtype() == mx::bool_ ? *mask : mx::astype(*mask, q.dtype()),
+                                 {batch, heads, queries, keys});
+    mask = groups > 1 ? mx::unflatten(full, 1, {kv_heads, groups}) : full;
+  }
+  if (mask) {
+    scores = mask->dtype() == mx::bool_
+                 ? mx::where(*mask, scores, mx::array(mx::finfo(scores.dtype()).min, scores.dtype()))
+                 : mx::add(scores, *mask);
+  }
+  const auto out = mx::matmul(cpu_math::softmax(scores, -1), v);
+  return groups > 1 ? mx::flatten(out, 1, 2) : out;
 }
 
 std::optional<mx::array> unary(etmlx_ir::UnaryOp op, const mx::array& x) {

@@ -4,6 +4,7 @@
 #include <mlx/fast.h>
 #include <mlx/ops.h>
 
+#include "cpu_math.h"
 #include "registry.h"
 
 namespace etmlx::native {
@@ -14,8 +15,13 @@ std::optional<mx::array> optional_operand(bool present, const etmlx_ir::Tid* ref
   return present ? std::optional<mx::array>(env.t(ref)) : std::nullopt;
 }
 
+// MLX's softmax, or on MLX's CPU the faster form of cpu_math.
 mx::array softmax(const etmlx_ir::Softmax& op, Env& env) {
-  return mx::softmax(env.t(op.x()), std::vector<int>{op.axis()}, /*precise=*/true);
+  const auto& x = env.t(op.x());
+  if (mx::default_device() == mx::Device::cpu && cpu_math::float32_or_narrower(x)) {
+    return cpu_math::softmax(x, op.axis());
+  }
+  return mx::softmax(x, std::vector<int>{op.axis()}, /*precise=*/true);
 }
 
 // PyTorch accumulates half-precision log-softmax in float32.
