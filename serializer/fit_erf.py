@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from etmlx.runtime_shim.mlx_ops.cpu_math import estrin
 from etmlx.serializer.constants import ERF_CLAMP as CLAMP  # erf(3.92) rounds to 1 in float32
 
 NUMERATOR_DEGREE, DENOMINATOR_DEGREE = 6, 5
@@ -42,11 +43,7 @@ def erf_float32(x: np.ndarray, numerator, denominator) -> np.ndarray:
     """The runtimes' evaluation, in float32 (runtime_shim/mlx_ops/cpu_math.py)."""
     clamped = np.clip(x.astype(np.float32), np.float32(-CLAMP), np.float32(CLAMP))
     square = clamped * clamped
-    p, q = np.float32(numerator[-1]), np.float32(denominator[-1])
-    for c in numerator[-2::-1]:
-        p = p * square + np.float32(c)
-    for c in denominator[-2::-1]:
-        q = q * square + np.float32(c)
+    p, q = (estrin([np.float32(c) for c in coefficients], square) for coefficients in (numerator, denominator))
     return np.clip(clamped * (p / q), np.float32(-1), np.float32(1))
 
 

@@ -34,16 +34,23 @@ def _polynomial(coefficients: tuple, x: mx.array) -> mx.array:
     return total
 
 
-def _estrin(coefficients: tuple, x: mx.array) -> mx.array:
-    """Estrin's scheme, coefficients from the lowest power up (a power of two of them):
-    pairs c + c' x, then pairs of those with x^2, x^4, ...; 2 log2(n) operations deep where
-    Horner's rule is 2n, so that the polynomial fits in one fused kernel."""
-    terms = [low + high * x for low, high in zip(coefficients[::2], coefficients[1::2])]
-    power = x * x
-    while len(terms) > 1:
-        terms = [low + power * high for low, high in zip(terms[::2], terms[1::2])]
+def estrin(coefficients: tuple, x):
+    """Estrin's scheme, coefficients from the lowest power up (two or more): pairs c + c' x,
+    then pairs of those with x^2, x^4, ...; 2 log2(n) operations deep where Horner's rule
+    is 2n, so that a polynomial fits in one fused kernel. Any array type: numpy float32
+    in serializer/fit_erf.py."""
+    terms, power = list(coefficients), x
+    while True:
+        pairs = [low + power * high for low, high in zip(terms[::2], terms[1::2])]
+        terms = pairs + terms[2 * len(pairs):]
+        if len(terms) == 1:
+            return terms[0]
         power = power * power
-    return terms[0]
+
+
+def _kernel_end(x: mx.array) -> mx.array:
+    """``x`` through a bitcast and back: the same bits, as the root of its own fused kernel."""
+    return mx.view(mx.view(x, mx.uint32), mx.float32)
 
 
 def rational_erf(x: mx.array) -> mx.array:
@@ -51,8 +58,8 @@ def rational_erf(x: mx.array) -> mx.array:
     6 ulps from exact; half precision is widened, then rounded once)."""
     clamped = mx.clip(x.astype(mx.float32), -ERF_CLAMP, ERF_CLAMP)
     square = clamped * clamped
-    ratio = _polynomial(ERF_NUMERATOR, square) / _polynomial(ERF_DENOMINATOR, square)
-    return mx.clip(clamped * ratio, -1.0, 1.0).astype(x.dtype)
+    ratio = _kernel_end(estrin(ERF_NUMERATOR, square) / estrin(ERF_DENOMINATOR, square))
+    return _kernel_end(mx.clip(clamped * ratio, -1.0, 1.0)).astype(x.dtype)
 
 
 LOG2_E = 1 / math.log(2)
@@ -96,7 +103,7 @@ def _exp_of_nonpositive(t: mx.array) -> mx.array:
     k = (t * LOG2_E + ROUND_TO_INTEGER) - ROUND_TO_INTEGER
     r = (t - k * LN2_HIGH) - k * LN2_LOW
     lift = mx.left_shift((k.astype(mx.int32) + EXP_NONPOSITIVE_LIFT).astype(mx.uint32), 23)  # wraps, as meant
-    lifted = mx.view(mx.view(_estrin(EXP_TAYLOR, r), mx.uint32) + lift, mx.float32)
+    lifted = mx.view(mx.view(estrin(EXP_TAYLOR, r), mx.uint32) + lift, mx.float32)
     return lifted * 2.0**-EXP_NONPOSITIVE_LIFT + 0 * t  # 0 * t: +-0, or NaN where t is (its integer bits lose it)
 
 

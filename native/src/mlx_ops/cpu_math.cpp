@@ -31,24 +31,33 @@ mx::array polynomial(std::span<const double> coefficients, const mx::array& x) {
 
 mx::array scalar(double value) { return mx::array(static_cast<float>(value)); }
 
-// Estrin's scheme, coefficients from the lowest power up (a power of two of them): pairs
-// c + c' x, then pairs of those with x^2, x^4, ...: 2 log2(n) operations deep.
+// Estrin's scheme, coefficients from the lowest power up (two or more): pairs c + c' x,
+// then pairs of those with x^2, x^4, ...: 2 log2(n) operations deep where Horner's rule
+// is 2n, so that a polynomial fits in one fused kernel.
 mx::array estrin(std::span<const double> coefficients, const mx::array& x) {
   std::vector<mx::array> terms;
-  for (size_t i = 0; i + 1 < coefficients.size(); i += 2) {
-    terms.push_back(mx::add(scalar(coefficients[i]), mx::multiply(scalar(coefficients[i + 1]), x)));
+  for (const double c : coefficients) {
+    terms.push_back(scalar(c));
   }
-  auto power = mx::multiply(x, x);
-  while (terms.size() > 1) {
+  auto power = x;
+  while (true) {
     std::vector<mx::array> pairs;
     for (size_t i = 0; i + 1 < terms.size(); i += 2) {
       pairs.push_back(mx::add(terms[i], mx::multiply(power, terms[i + 1])));
     }
+    if (terms.size() % 2 == 1) {
+      pairs.push_back(terms.back());
+    }
     terms = std::move(pairs);
+    if (terms.size() == 1) {
+      return terms.front();
+    }
     power = mx::multiply(power, power);
   }
-  return terms.front();
 }
+
+// x through a bitcast and back: the same bits, as the root of its own fused kernel.
+mx::array kernel_end(const mx::array& x) { return mx::view(mx::view(x, mx::uint32), mx::float32); }
 
 // e^r to 5e-9 for |r| <= ln(2) / 2: Taylor's coefficients, the lowest power first.
 constexpr std::array<double, 8> kExpTaylor = [] {
@@ -117,8 +126,8 @@ mx::array rational_erf(const mx::array& x) {
   const auto limit = static_cast<float>(kErfClamp);
   const auto clamped = mx::clip(mx::astype(x, mx::float32), mx::array(-limit), mx::array(limit));
   const auto square = mx::multiply(clamped, clamped);
-  const auto ratio = mx::divide(polynomial(kErfNumerator, square), polynomial(kErfDenominator, square));
-  return mx::astype(mx::clip(mx::multiply(clamped, ratio), mx::array(-1.0f), mx::array(1.0f)), x.dtype());
+  const auto ratio = kernel_end(mx::divide(estrin(kErfNumerator, square), estrin(kErfDenominator, square)));
+  return mx::astype(kernel_end(mx::clip(mx::multiply(clamped, ratio), mx::array(-1.0f), mx::array(1.0f))), x.dtype());
 }
 
 mx::array exp_by_parts(const mx::array& x) {
