@@ -4,7 +4,7 @@ against eager PyTorch in one run; where the time goes in the slowest, by IR oper
 (runtime_shim/node_profile.py); and micro-benchmarks of the MLX CPU kernels behind
 those operations against PyTorch's, next to the form etmlx runs where it has its own.
 
-    python bench/bench_vision.py [--models ResNet-50 ViT-B/16 ...] [--calls 10] [--breakdowns 3]
+    python bench/bench_vision.py [--models ResNet-50 ViT-B/16 ...] [--calls 20] [--breakdowns 3]
 """
 
 import argparse
@@ -25,7 +25,7 @@ import torch.nn.functional as F  # noqa: E402
 from etmlx.runtime_shim.blas import preload_openblas  # noqa: E402
 from etmlx.runtime_shim.mlx_ops import convolution, cpu_math  # noqa: E402
 from etmlx.runtime_shim.node_profile import node_seconds  # noqa: E402
-from etmlx.timing import median_seconds  # noqa: E402
+from etmlx.timing import median_seconds, medians_in_turns  # noqa: E402
 
 from examples import transformers_vision  # noqa: E402
 
@@ -41,18 +41,15 @@ def time_model(label: str, calls: int, tmp: str) -> dict:
     module, inputs = transformers_vision.build(name, overrides=overrides)
     path = os.path.join(tmp, f"{name}.pte")
     etmlx.export(module, inputs, path)
+    programs = {runtime: etmlx.load(path, runtime=runtime) for runtime in etmlx.RUNTIMES}
     with torch.no_grad():
         expected = _outputs(module(*inputs))
-        row = {"label": label, "path": path, "inputs": inputs,
-               "eager": median_seconds(lambda: module(*inputs), repeat=calls)}
-    worst = 0.0
-    for runtime in etmlx.RUNTIMES:
-        program = etmlx.load(path, runtime=runtime)
-        actual = _outputs(program.forward(*inputs))
-        worst = max([worst] + [float((a - e).abs().max() / e.abs().max()) for a, e in zip(actual, expected)])
-        row[runtime] = median_seconds(lambda: program.forward(*inputs), repeat=calls)
-    row["difference"] = worst
-    return row
+        worst = max(float((a - e).abs().max() / e.abs().max()) for program in programs.values()
+                    for a, e in zip(_outputs(program.forward(*inputs)), expected))
+        timed = {"eager": lambda: module(*inputs)}
+        timed.update({runtime: (lambda p=program: p.forward(*inputs)) for runtime, program in programs.items()})
+        row = medians_in_turns(timed, rounds=max(1, calls // 5), block=min(calls, 5))
+    return {"label": label, "path": path, "inputs": inputs, "difference": worst, **row}
 
 
 def print_models(rows: list) -> None:
@@ -137,7 +134,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", nargs="+", default=list(transformers_vision.NAMED),
                         choices=list(transformers_vision.NAMED), metavar="MODEL")
-    parser.add_argument("--calls", type=int, default=10, help="timed calls per model and runtime (the median)")
+    parser.add_argument("--calls", type=int, default=20,
+                        help="timed calls per model and runtime (the median), in rounds of 5 taking turns")
     parser.add_argument("--breakdowns", type=int, default=3, help="how many of the slowest models to break down")
     args = parser.parse_args()
     print(f"MLX CPU; BLAS: {preload_openblas()}; torch threads: {torch.get_num_threads()}; random weights, batch 1")
