@@ -7,9 +7,9 @@ Two transposes of a constant are not folded; each stays a Transpose node, a view
 one stored constant that MLX reads in place:
 - a linear layer's, ``addmm(bias, x, permute_copy(W))``: W is stored as the checkpoint
   holds it, (out, in), and MLX's matmul reads it transposed, as mlx-lm's ``nn.Linear``
-  does. MLX's matrix-vector products are faster that way (on OpenBLAS a decode step's
-  (1, 1024) @ (1024, 4384) float32: 1.1 ms against 2.0 ms stored transposed; Metal's
-  kernels are tuned for mlx-lm's layout), and the export holds no transposed copy;
+  does: Metal's kernels are tuned for that layout, the export holds no transposed copy,
+  and on the CPU the runtimes take a decode step's one-row product as ``W @ x`` over the
+  stored rows, BLAS's fastest form (docs/architecture.md, "MLX traps");
 - a transpose of a constant that other nodes also read (a head tied to the embedding
   table), instead of a second copy.
 """

@@ -15,6 +15,7 @@ import mlx.core as mx
 import numpy as np
 
 from etmlx.serializer import BACKEND_ID, PayloadError, deserialize
+from etmlx.serializer.generated.etmlx_ir.Transpose import TransposeT
 from etmlx.serializer.generated.etmlx_ir.ValueKind import ValueKind
 from etmlx.serializer.ir import NUMPY_STORAGE, OP_NAMES, TidT, read_operands
 
@@ -49,7 +50,8 @@ class MlxDelegate:
             for c in graph.constants or []
         }
         try:
-            self._steps = _hoist_constant_nodes([_step(i, node) for i, node in enumerate(graph.nodes or [])], constants)
+            self._steps, self._transposed_matrices = _hoist_constant_nodes(
+                [_step(i, node) for i, node in enumerate(graph.nodes or [])], constants)
         except MLX_ERRORS as error:  # the payload's constant part does not compute: malformed
             raise PayloadError(f"a node over constants fails: {error}") from error
         # Size-1 constants reach the compiled graph as arguments, not captured: mx.compile
@@ -147,7 +149,7 @@ class MlxDelegate:
         buffer updates, the checked indices then the sizes of their axes the payload does
         not state)."""
         graph = self._graph
-        env = Env(graph.numTensorSlots, graph.numIntSlots)
+        env = Env(graph.numTensorSlots, graph.numIntSlots, self._transposed_matrices)
         for value, arg in zip(graph.inputs, inputs):
             if value.kind == ValueKind.Int:
                 env.ints[value.slot] = int(arg)
@@ -210,13 +212,13 @@ def _compilable(graph) -> bool:
     return all(v.kind != ValueKind.Int for v in graph.outputs or [])
 
 
-def _hoist_constant_nodes(steps: list, constants: dict) -> list:
+def _hoist_constant_nodes(steps: list, constants: dict) -> tuple:
     """Evaluates, once at load, every node that reads only constants (scalars, fills,
     ops on weights), adding its result to ``constants``; returns the steps left to run
-    per call."""
+    per call, and the slots of those results that are a 2-D matrix's transposed view."""
     env = Env(0, 0)
     env.tensors = constants  # a dict works: Env reads tensors[slot]
-    remaining = []
+    remaining, transposed = [], set()
     for step in steps:
         handler, op, out, is_int = step
         reads = list(read_operands(op))
@@ -226,7 +228,9 @@ def _hoist_constant_nodes(steps: list, constants: dict) -> list:
             continue
         constants[out] = handler(op, env)
         mx.eval(constants[out])
-    return remaining
+        if isinstance(op, TransposeT) and constants[out].ndim == 2 and list(op.perm) == [1, 0]:
+            transposed.add(out)
+    return remaining, frozenset(transposed)
 
 
 def _step(index: int, node):

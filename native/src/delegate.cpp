@@ -200,9 +200,11 @@ void Delegate::separate_literals() {
 }
 
 // Evaluates, once at load, every node that reads only constants (scalars,
-// fills, ops on weights), adding its result to the constants.
+// fills, ops on weights), adding its result to the constants, and marks those
+// results that are a 2-D matrix's transposed view.
 void Delegate::hoist_constant_steps(const GraphLayout& layout) {
   Env env(graph_.num_tensor_slots(), 0);
+  transposed_matrices_.assign(graph_.num_tensor_slots(), false);
   std::vector<bool> is_constant(graph_.num_tensor_slots(), false);
   for (const auto& [slot, array] : constants_) {
     env.set(slot, array);
@@ -221,6 +223,10 @@ void Delegate::hoist_constant_steps(const GraphLayout& layout) {
     }
     auto value = step.handler->tensor(step.table, env);
     mx::eval(value);
+    if (step.type == etmlx_ir::Op::Transpose && value.ndim() == 2) {
+      const auto* perm = static_cast<const etmlx_ir::Transpose*>(step.table)->perm();
+      transposed_matrices_[step.out] = perm != nullptr && perm->size() == 2 && perm->Get(0) == 1 && perm->Get(1) == 0;
+    }
     env.set(step.out, value);
     is_constant[step.out] = true;
     constants_.emplace_back(step.out, std::move(value));
@@ -230,7 +236,7 @@ void Delegate::hoist_constant_steps(const GraphLayout& layout) {
 
 Delegate::Results Delegate::interpret(const std::vector<Value>& inputs, const std::vector<mx::array>& buffers,
                                       const std::vector<mx::array>& literals) const {
-  Env env(graph_.num_tensor_slots(), graph_.num_int_slots());
+  Env env(graph_.num_tensor_slots(), graph_.num_int_slots(), &transposed_matrices_);
   const auto graph_inputs = items(graph_.inputs());
   for (size_t i = 0; i < graph_inputs.size(); ++i) {
     if (graph_inputs[i]->kind() == etmlx_ir::ValueKind::Int) {

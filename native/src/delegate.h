@@ -83,6 +83,7 @@ class Delegate {
   std::shared_ptr<ProgramState> state_;
   std::vector<Step> steps_;
   std::vector<std::pair<uint32_t, mx::array>> constants_;
+  std::vector<bool> transposed_matrices_;  // per slot: a hoisted 2-D constant's transposed view (Env)
   // Size-1 constants, passed to the compiled graph as arguments rather than captured:
   // mlx::core::compile writes a captured one into the code it generates as a literal,
   // and drops the sign of -0.0 (mlx 0.32).

@@ -25,11 +25,15 @@ def fill_value(op) -> mx.array:
 
 
 class Env:
-    __slots__ = ("tensors", "ints", "checks", "_shared")
+    __slots__ = ("tensors", "ints", "checks", "transposed_matrices", "_shared")
 
-    def __init__(self, num_tensors: int, num_ints: int):
+    def __init__(self, num_tensors: int, num_ints: int, transposed_matrices: frozenset = frozenset()):
         self.tensors = [None] * num_tensors
         self.ints = [0] * num_ints
+        # Slots holding a constant 2-D matrix's transposed view, made once at load (a
+        # linear layer's weight, stored as the checkpoint holds it): matmul.py reads the
+        # matrix as stored where that is faster.
+        self.transposed_matrices = transposed_matrices
         # Per CheckIndex run, in node order: (its indices, the size of the axis they
         # index), checked on the host once the call is evaluated.
         self.checks = []

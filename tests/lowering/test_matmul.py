@@ -36,6 +36,39 @@ def test_an_outer_product_is_its_exact_broadcast_product(dtype, monkeypatch):
     torch.testing.assert_close(program.forward(a, b), a @ b, rtol=0, atol=0, equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype,bias", [(torch.float32, False), (torch.float32, True), (torch.bfloat16, True)],
+                         ids=["f32-mm", "f32-addmm", "bf16-addmm"])
+def test_one_row_times_a_linear_weight_is_taken_over_the_rows_as_stored(dtype, bias, monkeypatch):
+    """On the CPU, one float32 row times a linear layer's weight (stored (out, in), read
+    through a Transpose view) runs as the matrix-vector product ``W @ x`` over the rows
+    as stored, the one BLAS reads fastest: the Python runtime hands MLX's product the
+    stored matrix for a one-row call, the view for three rows and for bfloat16 (MLX's own
+    loop); both runtimes match eager (the native runtime takes the same branch,
+    runtime_shim's twin)."""
+    import mlx.core as mx
+
+    import etmlx
+
+    linear = torch.nn.Linear(64, 48, bias=bias).to(dtype)
+    one, three = torch.randn(1, 1, 64, dtype=dtype), torch.randn(3, 64, dtype=dtype)
+    lowered = delegated(lambda one, three: (linear(one), linear(three)), (one, three),
+                        nodes=["Transpose", "Addmm" if bias else "Matmul"])
+    with torch.no_grad():
+        expected = (linear(one), linear(three))
+    for runtime in etmlx.RUNTIMES:
+        torch.testing.assert_close(etmlx.load(lowered.pte, runtime=runtime).forward(one, three), expected)
+    seen = []
+    for name in ("matmul", "addmm"):
+        def recorded(*operands, _product=getattr(mx, name), **options):
+            seen.append([tuple(operand.shape) for operand in operands[-2:]])
+            return _product(*operands, **options)
+
+        monkeypatch.setattr(mx, name, recorded)
+    etmlx.load(lowered.pte).forward(one, three)  # traced afresh, through the recording products
+    one_row = [(48, 64), (64, 1)] if dtype == torch.float32 else [(1, 64), (64, 48)]
+    assert sorted(seen) == sorted([one_row, [(3, 64), (64, 48)]])
+
+
 @pytest.mark.parametrize("rows", [2, 16])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_half_precision_products_of_many_rows_are_taken_in_float32_on_the_cpu(dtype, rows, monkeypatch):

@@ -21,10 +21,17 @@ namespace mx = mlx::core;
 
 class Env {
  public:
-  Env(uint32_t num_tensors, uint32_t num_ints) : tensors_(num_tensors), ints_(num_ints, 0) {}
+  // transposed_matrices: per slot, whether it holds a constant 2-D matrix's transposed
+  // view, made once at load (a linear layer's weight, stored as the checkpoint holds it):
+  // matmul.cpp reads the matrix as stored where that is faster. Null: none does.
+  Env(uint32_t num_tensors, uint32_t num_ints, const std::vector<bool>* transposed_matrices = nullptr)
+      : tensors_(num_tensors), ints_(num_ints, 0), transposed_matrices_(transposed_matrices) {}
 
   const mx::array& t(const etmlx_ir::Tid* ref) const { return tensor(ref->idx()); }
   const mx::array& tensor(uint32_t slot) const { return *tensors_[slot]; }
+  bool transposed_matrix(const etmlx_ir::Tid* ref) const {
+    return transposed_matrices_ != nullptr && (*transposed_matrices_)[ref->idx()];
+  }
   void set(uint32_t slot, mx::array value) { tensors_[slot] = std::move(value); }
 
   int64_t size(const etmlx_ir::IntOrSlot* ref) const {
@@ -74,6 +81,7 @@ class Env {
  private:
   std::vector<std::optional<mx::array>> tensors_;
   std::vector<int64_t> ints_;
+  const std::vector<bool>* transposed_matrices_;
   std::vector<CheckedIndices> index_checks_;
   std::map<std::vector<int64_t>, std::vector<mx::array>> shared_;
 };
