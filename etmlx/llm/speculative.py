@@ -97,6 +97,9 @@ def speculative_decode(target: Session, draft: Session, prompt: list, max_new_to
     started = time.perf_counter()
     stats.cached_tokens = fed_from
     token = drawn(distribution(target.feed(history[fed_from:])))
+    if pending and max_new_tokens > 1:  # the draft's prefill belongs to the prompt, as the target's does
+        draft.feed(pending)
+        pending = []
     stats.time_to_first_token = time.perf_counter() - started
     decoding, produced = time.perf_counter(), 0
     while max_new_tokens:

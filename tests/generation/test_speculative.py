@@ -87,6 +87,20 @@ def test_greedy_text_is_plain_greedys_whatever_the_draft(pair, runtime):
             assert stats.draft_accepted == stats.draft_proposed >= 30
 
 
+def test_the_drafts_prefill_comes_before_the_first_token(pair):
+    """Both models take in the prompt before the first token, as mlx-lm's prefill does:
+    decode tokens/s then times drafting and checking, not the draft's prefill (a prompt
+    length's compiled graph made on its second call took 0.7 s, inside the decode)."""
+    target_path, draft_path = pair
+    ids = generation.load_tokenizer(str(target_path.parent)).encode(PROMPT)
+    target, draft = _session(target_path), _session(draft_path)
+    stats = generation.Stats()
+    steps = speculative.speculative_decode(target, draft, ids, 8, stats=stats, stop_at_eos=False)
+    next(steps)
+    assert (target.position, draft.position) == (len(ids), len(ids)) and stats.time_to_first_token > 0
+    assert len(list(steps)) == 7
+
+
 def test_a_draft_in_the_targets_file_has_methods_and_caches_of_its_own(pair, self_drafted):
     """``draft_forward`` and the runner's constants beside the target's methods, its KV
     caches named ``draft.*``; a draft of the target's first layer reads the weights the
