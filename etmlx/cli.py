@@ -76,8 +76,16 @@ def main(argv=None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (EtMlxError, ValueError, RuntimeError, OSError, KeyError) as error:
-        print(f"etmlx {args.command}: error: {error}", file=sys.stderr)
+        print(f"etmlx {args.command}: error: {_error_text(error)}", file=sys.stderr)
         return 1
+
+
+def _error_text(error: Exception) -> str:
+    """The line a user reads: an OSError as the file and its reason ("model.pte: No such
+    file or directory"), not Python's "[Errno 2] ..." form."""
+    if isinstance(error, OSError) and error.strerror:
+        return f"{error.filename}: {error.strerror}" if error.filename else error.strerror
+    return str(error)
 
 
 def load_factory(spec: str):

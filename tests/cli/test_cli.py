@@ -119,6 +119,15 @@ def test_inputs_from_one_npy_and_a_file_that_holds_no_arrays(mlp_pte, tmp_path):
         assert line.startswith("etmlx run: error: --inputs: ") and message in line, line
 
 
+@pytest.mark.parametrize("command", [["run"], ["generate", "--prompt", "hi"]])
+def test_a_program_that_is_not_there_is_one_line_naming_it(tmp_path, command, capsys):
+    from etmlx.cli import main
+
+    missing = str(tmp_path / "model.pte")
+    assert main([command[0], missing, *command[1:]]) == 1
+    assert capsys.readouterr().err == f"etmlx {command[0]}: error: {missing}: No such file or directory\n"
+
+
 @pytest.mark.parametrize("runtime", ["python", "executorch"])
 def test_wrong_input_shape(mlp_pte, tmp_path, runtime):
     inputs = tmp_path / "bad.npz"
