@@ -164,8 +164,6 @@ def gelu(x: mx.array) -> mx.array:
     return x * (1 + rational_erf(x / math.sqrt(2))) / 2
 
 
-
-
 def _for_float32_and_narrower(fast, mlx_own):
     return lambda x: fast(x) if x.dtype in NARROW_FLOATS else mlx_own(x)
 

@@ -19,7 +19,7 @@ namespace {
 // softmax anyway) the same computation with cpu_math's faster softmax.
 mx::array sdpa(const etmlx_ir::Sdpa& op, Env& env) {
   const std::string mode = op.has_mask() ? "" : (op.causal() ? "causal" : "");
-  const auto mask = op.has_mask() ? std::optional<mx::array>(env.t(op.mask())) : std::nullopt;
+  const auto mask = env.t_if(op.has_mask(), op.mask());
   const auto &q = env.t(op.q()), &k = env.t(op.k()), &v = env.t(op.v());
   if (mx::default_device() == mx::Device::cpu) {
     return cpu_math::attention(q, k, v, op.scale(), mode, mask);

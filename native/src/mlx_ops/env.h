@@ -29,6 +29,10 @@ class Env {
 
   const mx::array& t(const etmlx_ir::Tid* ref) const { return tensor(ref->idx()); }
   const mx::array& tensor(uint32_t slot) const { return *tensors_[slot]; }
+  // An operand the node may leave out (a mask, a weight, biases): its array where present.
+  std::optional<mx::array> t_if(bool present, const etmlx_ir::Tid* ref) const {
+    return present ? std::optional<mx::array>(t(ref)) : std::nullopt;
+  }
   bool transposed_matrix(const etmlx_ir::Tid* ref) const {
     return transposed_matrices_ != nullptr && (*transposed_matrices_)[ref->idx()];
   }

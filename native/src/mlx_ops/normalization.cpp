@@ -11,10 +11,6 @@ namespace etmlx::native {
 
 namespace {
 
-std::optional<mx::array> optional_operand(bool present, const etmlx_ir::Tid* ref, Env& env) {
-  return present ? std::optional<mx::array>(env.t(ref)) : std::nullopt;
-}
-
 // MLX's softmax, or on MLX's CPU the faster form of cpu_math.
 mx::array softmax(const etmlx_ir::Softmax& op, Env& env) {
   const auto& x = env.t(op.x());
@@ -32,12 +28,12 @@ mx::array log_softmax(const etmlx_ir::LogSoftmax& op, Env& env) {
 }
 
 mx::array layer_norm(const etmlx_ir::LayerNorm& op, Env& env) {
-  return mx::fast::layer_norm(env.t(op.x()), optional_operand(op.has_weight(), op.weight(), env),
-                              optional_operand(op.has_bias(), op.bias(), env), op.eps());
+  return mx::fast::layer_norm(env.t(op.x()), env.t_if(op.has_weight(), op.weight()),
+                              env.t_if(op.has_bias(), op.bias()), op.eps());
 }
 
 mx::array rms_norm(const etmlx_ir::RmsNorm& op, Env& env) {
-  return mx::fast::rms_norm(env.t(op.x()), optional_operand(op.has_weight(), op.weight(), env), op.eps());
+  return mx::fast::rms_norm(env.t(op.x()), env.t_if(op.has_weight(), op.weight()), op.eps());
 }
 
 }  // namespace

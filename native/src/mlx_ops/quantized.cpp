@@ -65,7 +65,7 @@ Quantization checked(int group_size, int bits, etmlx_ir::QuantMode mode, bool ha
 
 template <class Table>
 std::optional<mx::array> biases(const Table& op, Env& env) {
-  return op.has_biases() ? std::optional<mx::array>(env.t(op.biases())) : std::nullopt;
+  return env.t_if(op.has_biases(), op.biases());
 }
 
 // Packed words as MLX's kernels take them: uint32 (a KV cache holds them as int32).
